@@ -1,0 +1,1 @@
+"""ragline api package."""

@@ -1,0 +1,1 @@
+"""ragline core package."""

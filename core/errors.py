@@ -1,0 +1,70 @@
+"""Domain exceptions. The API translates them to HTTP once, in its exception handlers."""
+
+from __future__ import annotations
+
+
+class RaglineError(Exception):
+    """Base of every ragline error. ``code`` is stable and machine-readable."""
+
+    code = "internal_error"
+    http_status = 500
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class ConfigError(RaglineError):
+    code = "config_error"
+
+
+class NotFoundError(RaglineError):
+    code = "not_found"
+    http_status = 404
+
+
+class ConflictError(RaglineError):
+    code = "conflict"
+    http_status = 409
+
+
+class InvalidInputError(RaglineError):
+    code = "invalid_input"
+    http_status = 422
+
+
+class PayloadTooLargeError(RaglineError):
+    code = "payload_too_large"
+    http_status = 413
+
+
+class AuthenticationError(RaglineError):
+    code = "unauthenticated"
+    http_status = 401
+
+
+class PermissionDeniedError(RaglineError):
+    code = "forbidden"
+    http_status = 403
+
+
+class UnavailableError(RaglineError):
+    """A dependency the request cannot do without (the ACL filter, the catalog) failed."""
+
+    code = "unavailable"
+    http_status = 503
+
+
+class ParseError(RaglineError):
+    """A document could not be parsed; ``code`` says why (corrupt_pdf, encrypted_pdf, ...)."""
+
+    code = "parse_error"
+    http_status = 422
+
+
+class IndexIntegrityError(RaglineError):
+    """An index file failed verification (checksum, count, truncated file)."""
+
+    code = "index_integrity"

@@ -1,0 +1,115 @@
+"""Records passed between stages: one frozen type per stage boundary.
+
+SourceDocument -> ParsedDocument(sections) -> Chunk -> EmbeddedChunk; searches return Hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+import numpy as np
+
+MetadataValue = str | int | float | bool | None
+Metadata = Mapping[str, MetadataValue]
+
+EMPTY_METADATA: Metadata = MappingProxyType({})
+
+
+class SectionKind(StrEnum):
+    PARAGRAPH = "paragraph"
+    HEADING = "heading"
+    TABLE = "table"
+    CODE = "code"
+    LIST = "list"
+
+
+@dataclass(frozen=True, slots=True)
+class Acl:
+    """Who may read a document: any listed principal (``user:x``, ``group:y``) or everyone."""
+
+    principals: tuple[str, ...] = ()
+    public: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDocument:
+    """A document as a connector pushed it, before parsing."""
+
+    tenant_id: str
+    external_id: str
+    mime_type: str
+    content: bytes
+    title: str | None = None
+    metadata: Metadata = EMPTY_METADATA
+    acl: Acl = Acl()
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A structural unit of a parsed document.
+
+    ``char_start``/``char_end`` index into ``ParsedDocument.text``; pages are 1-based and
+    ``None`` for formats without pages.
+    """
+
+    text: str
+    kind: SectionKind
+    heading_path: tuple[str, ...] = ()
+    char_start: int = 0
+    char_end: int = 0
+    page_start: int | None = None
+    page_end: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDocument:
+    """A document reduced to ordered sections; ``text`` is their concatenation."""
+
+    text: str
+    sections: tuple[Section, ...]
+    title: str | None = None
+    page_count: int = 0
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A span of a document version. ``level`` 0 is a searchable leaf, 1 a parent section."""
+
+    chunk_id: str
+    ordinal: int
+    text: str
+    token_count: int
+    char_start: int
+    char_end: int
+    heading_path: tuple[str, ...] = ()
+    page_start: int | None = None
+    page_end: int | None = None
+    kind: SectionKind = SectionKind.PARAGRAPH
+    level: int = 0
+    parent_id: str | None = None
+
+    @property
+    def embedding_text(self) -> str:
+        """What the embedder sees: the heading path as context, then the text."""
+        if not self.heading_path:
+            return self.text
+        return " > ".join(self.heading_path) + "\n" + self.text
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedChunk:
+    chunk: Chunk
+    vector: np.ndarray = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A search result: ``chunk_id`` is the catalog's int64 row id of the chunk."""
+
+    chunk_id: int
+    score: float
+    source: str

@@ -1,0 +1,136 @@
+"""Process-wide configuration: one validated ``Settings`` object, env prefix ``RAGLINE_``.
+
+Nested models group the settings of each package; nested values are set with a double
+underscore, e.g. ``RAGLINE_INGEST__CHUNK_TOKENS=200``. Library constructors never take the
+whole object: the app factory and the CLI pick the fields each collaborator needs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    workers: int = Field(1, ge=1, le=64)
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    max_batch_documents: int = Field(256, ge=1, le=10_000)
+    max_top_k: int = Field(100, ge=1, le=1000)
+    max_query_chars: int = Field(2000, ge=16)
+    key_cache_seconds: float = Field(1.0, ge=0.0, le=1.0)
+
+
+class IngestSettings(BaseModel):
+    chunk_tokens: int = Field(256, ge=16, le=8192)
+    chunk_overlap: int = Field(32, ge=0)
+    embed_batch_size: int = Field(32, ge=1, le=4096)
+    inline_max_documents: int = Field(8, ge=0)
+    workers: int = Field(2, ge=1, le=256)
+    write_batch_chunks: int = Field(512, ge=1)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> IngestSettings:
+        if self.chunk_overlap >= self.chunk_tokens:
+            raise ValueError("ingest.chunk_overlap must be smaller than ingest.chunk_tokens")
+        return self
+
+
+class IndexSettings(BaseModel):
+    shards: int = Field(2, ge=1, le=1024)
+    shard_by: Literal["document", "tenant"] = "document"
+    kind: Literal["auto", "flat", "hnsw", "ivfpq"] = "auto"
+    flat_max_vectors: int = Field(20_000, ge=0)
+    ivfpq_min_vectors: int = Field(2_000_000, ge=1)
+    hnsw_m: int = Field(32, ge=4, le=256)
+    hnsw_ef_construction: int = Field(80, ge=8)
+    hnsw_ef_search: int = Field(64, ge=8)
+    ivf_nlist: int = Field(0, ge=0)
+    ivf_nprobe: int = Field(16, ge=1)
+    pq_m: int = Field(48, ge=1)
+    pq_nbits: int = Field(8, ge=4, le=16)
+    rebuild_tombstone_ratio: float = Field(0.2, gt=0.0, le=1.0)
+    rebuild_delta_chunks: int = Field(50_000, ge=1)
+    gc_grace_seconds: int = Field(3600, ge=0)
+    poll_seconds: float = Field(2.0, gt=0.0)
+
+
+class RetrieveSettings(BaseModel):
+    rrf_k: int = Field(60, ge=1)
+    dense_weight: float = Field(1.0, ge=0.0)
+    lexical_weight: float = Field(1.0, ge=0.0)
+    candidates: int = Field(100, ge=1, le=2000)
+    exact_max_allowed: int = Field(20_000, ge=0)
+    exact_max_fraction: float = Field(0.02, ge=0.0, le=1.0)
+    overfetch_min_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    stage_timeout_ms: int = Field(2000, ge=1)
+    default_context_tokens: int = Field(1500, ge=16)
+    max_context_tokens: int = Field(16_000, ge=16)
+
+
+class RerankSettings(BaseModel):
+    model: str | None = None
+    candidates: int = Field(50, ge=1, le=500)
+    budget_ms: int = Field(1500, ge=1)
+    max_batch_tokens: int = Field(8192, ge=64)
+    max_wait_ms: float = Field(3.0, ge=0.0)
+
+
+class Settings(BaseSettings):
+    """All of ragline's configuration. See the README's configuration table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RAGLINE_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    data_dir: Path = Path(".ragline")
+    database_url: str | None = None
+    pg_bin_dir: Path | None = None
+    pg_port: int = Field(54329, ge=1024, le=65535)
+    db_pool_size: int = Field(8, ge=1, le=256)
+    ray_address: str | None = None
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    embedding_device: Literal["auto", "cpu", "cuda"] = "auto"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    api: ApiSettings = ApiSettings()
+    ingest: IngestSettings = IngestSettings()
+    index: IndexSettings = IndexSettings()
+    retrieve: RetrieveSettings = RetrieveSettings()
+    rerank: RerankSettings = RerankSettings()
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("RAGLINE_DATABASE_URL must start with postgresql:// or postgres://")
+        return value or None
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "indexes"
+
+    @property
+    def pg_dir(self) -> Path:
+        return self.data_dir / "pg"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def upload_dir(self) -> Path:
+        return self.data_dir / "uploads"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Build and validate the settings from the environment once per process."""
+    return Settings()

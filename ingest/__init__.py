@@ -1,0 +1,1 @@
+"""ragline ingest package."""

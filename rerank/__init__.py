@@ -1,0 +1,1 @@
+"""ragline rerank package."""
