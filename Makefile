@@ -1,0 +1,40 @@
+# The README's two commands: `make run` and `make test`. Both set up .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ragline-installed
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export RAY_USAGE_STATS_ENABLED ?= 0
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: setup run test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch lies on disk; installing it first stops pip pulling a CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[cpu,dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/ragline run
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(PY) -m pytest
+
+unit: setup
+	$(PY) -m pytest tests/unit -m "not slow"
+
+clean:
+	-$(VENV)/bin/ragline db down
+	rm -rf .ragline

@@ -1,0 +1,83 @@
+"""The FastAPI application factory.
+
+``create_app(settings)`` builds the app; its lifespan applies migrations, opens the pool and
+loads the collaborators (key authenticator, ingestion service, search service) onto
+``app.state``. Nothing is built at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.errors import install_error_handlers
+from api.middleware import RequestContextMiddleware
+from api.routes import admin, health
+from authz.principals import KeyAuthenticator
+from catalog.db import apply_migrations, open_pool
+from core.logging import configure_logging
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Services are started by hooks so the foundation does not import heavy packages (torch,
+# faiss, ray) it does not need; each hook gets (app, settings) and returns a closer.
+ServiceHook = Callable[[FastAPI, Settings], Callable[[], None]]
+
+
+def _upload_aware_limit(settings: Settings) -> Callable[[str], int]:
+    def limit_for(path: str) -> int:
+        if path.endswith("documents:upload"):
+            return settings.api.max_upload_bytes
+        return settings.api.max_body_bytes
+
+    return limit_for
+
+
+def create_app(
+    settings: Settings, *, database_url: str | None = None, hooks: list[ServiceHook] | None = None
+) -> FastAPI:
+    """Build the API. ``database_url`` overrides the settings (the CLI resolves the local one)."""
+    url = database_url or settings.database_url
+    if url is None:
+        raise ValueError("create_app needs a database URL (settings.database_url or database_url=)")
+    service_hooks = hooks if hooks is not None else default_hooks()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        configure_logging(settings.log_level)
+        apply_migrations(url)
+        app.state.pool = open_pool(url, size=settings.db_pool_size)
+        app.state.auth = KeyAuthenticator(app.state.pool, ttl_seconds=settings.api.key_cache_seconds)
+        closers = [hook(app, settings) for hook in service_hooks]
+        log.info("ragline API ready")
+        try:
+            yield
+        finally:
+            for close in reversed(closers):
+                close()
+            app.state.pool.close()
+
+    app = FastAPI(title="ragline", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.database_url = url
+    install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
+    app.include_router(health.router)
+    app.include_router(admin.router)
+    for router in extra_routers():
+        app.include_router(router)
+    return app
+
+
+def default_hooks() -> list[ServiceHook]:
+    """The services a full server runs; tests pass their own list to keep start-up light."""
+    return []
+
+
+def extra_routers() -> list[Any]:
+    return []

@@ -1,0 +1,96 @@
+"""ASGI middleware: request ids and the request body size limit.
+
+The size limit runs before FastAPI reads the body: a declared Content-Length over the limit
+is refused at once, and a chunked body is counted as it streams, so an oversize request is
+never held in memory. Upload routes get their own, larger limit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.context import request_id_var
+
+
+def error_body(code: str, message: str, request_id: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message, "request_id": request_id}}).encode()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class RequestContextMiddleware:
+    """Assigns a request id (or keeps a sane incoming X-Request-ID) and enforces body limits."""
+
+    def __init__(self, app: ASGIApp, *, limit_for: Callable[[str], int]) -> None:
+        self.app = app
+        self.limit_for = limit_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        incoming = headers.get("x-request-id", "")
+        rid = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        token = request_id_var.set(rid)
+        scope.setdefault("state", {})["request_id"] = rid
+        limit = self.limit_for(scope["path"])
+        try:
+            declared = int(headers.get("content-length", "0") or 0)
+        except ValueError:
+            declared = 0
+        try:
+            if declared > limit:
+                await self._refuse(send, rid, limit)
+                return
+            await self.app(scope, self._counting(receive, limit), self._with_header(send, rid))
+        except _TooLarge:
+            await self._refuse(send, rid, limit)
+        finally:
+            request_id_var.reset(token)
+
+    @staticmethod
+    def _counting(receive: Receive, limit: int) -> Receive:
+        seen = 0
+
+        async def wrapped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge
+            return message
+
+        return wrapped
+
+    @staticmethod
+    def _with_header(send: Send, rid: str) -> Send:
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
+            await send(message)
+
+        return wrapped
+
+    @staticmethod
+    async def _refuse(send: Send, rid: str, limit: int) -> None:
+        body = error_body("payload_too_large", f"request body exceeds {limit} bytes", rid)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-request-id", rid.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,39 @@
+"""Admin routes: group membership sync for connectors."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.deps import AdminPrincipal, PoolDep
+from authz.api_keys import validate_principal_id
+from catalog import audit
+from catalog import principals as repo
+from core.errors import InvalidInputError
+
+router = APIRouter(prefix="/v1", tags=["admin"])
+
+
+class GroupsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    groups: list[str] = Field(default_factory=list, max_length=10_000)
+
+
+@router.put("/principals/{principal_id}/groups")
+def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool: PoolDep) -> dict:
+    """Replace a principal's groups; effective for retrieval from the response on."""
+    validate_principal_id(principal_id)
+    bad = [g for g in body.groups if not g.startswith("group:") or len(g) > 200]
+    if bad:
+        raise InvalidInputError(f"groups must look like group:<id>: {bad[:3]}")
+    with pool.connection() as conn:
+        repo.replace_groups(conn, tenant_id=admin.tenant_id, principal_id=principal_id, groups=body.groups)
+        audit.record(
+            conn,
+            actor=admin.principal_id,
+            action="principal.groups",
+            tenant_id=admin.tenant_id,
+            target=principal_id,
+            details={"groups": sorted(set(body.groups))},
+        )
+    return {"principal": principal_id, "groups": sorted(set(body.groups))}

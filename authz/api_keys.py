@@ -1,0 +1,100 @@
+"""API keys: ``rl_<key_id>_<secret>``. Only SHA-256 of the whole key is stored.
+
+Keys carry 256 bits of randomness, so a fast hash is enough (as for GitHub or Stripe
+tokens); a slow password hash would cost every request without adding security.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+import psycopg
+
+from catalog import audit
+from catalog import principals as repo
+from core.errors import InvalidInputError
+
+ROLES = ("ingest", "query", "admin")
+_KEY_RE = re.compile(r"^rl_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+_PRINCIPAL_RE = re.compile(r"^(user|service):[A-Za-z0-9_.@+-]{1,200}$")
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A freshly created key. ``token`` is shown once and never stored."""
+
+    key_id: str
+    token: str
+    tenant_id: str
+    principal_id: str
+    roles: tuple[str, ...]
+    can_delegate: bool
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def parse_token(token: str) -> str | None:
+    """The key id of a well-formed token, else None."""
+    match = _KEY_RE.match(token)
+    return match.group(1) if match else None
+
+
+def verify_token(token: str, stored_hash: bytes) -> bool:
+    return hmac.compare_digest(hash_token(token), stored_hash)
+
+
+def validate_principal_id(principal_id: str) -> str:
+    if not _PRINCIPAL_RE.match(principal_id):
+        raise InvalidInputError(f"principal must look like user:<id> or service:<id>, got {principal_id!r}")
+    return principal_id
+
+
+def create_key(
+    conn: psycopg.Connection,
+    *,
+    tenant_id: str,
+    roles: list[str],
+    principal_id: str | None = None,
+    can_delegate: bool = False,
+    name: str | None = None,
+    actor: str = "cli",
+) -> NewKey:
+    """Create a key in the caller's transaction; the plaintext exists only in the result."""
+    bad = [r for r in roles if r not in ROLES]
+    if bad or not roles:
+        raise InvalidInputError(f"roles must be a non-empty subset of {ROLES}, got {roles}")
+    principal = validate_principal_id(principal_id or f"service:{tenant_id}-{roles[0]}")
+    key_id = secrets.token_hex(6)
+    token = f"rl_{key_id}_{secrets.token_urlsafe(32)}"
+    repo.insert_key(
+        conn,
+        key_id=key_id,
+        tenant_id=tenant_id,
+        principal_id=principal,
+        key_hash=hash_token(token),
+        roles=sorted(set(roles)),
+        can_delegate=can_delegate,
+        name=name,
+    )
+    audit.record(
+        conn,
+        actor=actor,
+        action="api_key.create",
+        tenant_id=tenant_id,
+        target=key_id,
+        details={"roles": sorted(set(roles)), "principal": principal, "delegate": can_delegate},
+    )
+    return NewKey(key_id, token, tenant_id, principal, tuple(sorted(set(roles))), can_delegate)
+
+
+def revoke(conn: psycopg.Connection, *, key_id: str, actor: str = "cli") -> bool:
+    done = repo.revoke_key(conn, key_id=key_id)
+    if done:
+        audit.record(conn, actor=actor, action="api_key.revoke", target=key_id)
+    return done

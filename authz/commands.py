@@ -1,0 +1,73 @@
+"""``ragline keys create|list|revoke``."""
+
+from __future__ import annotations
+
+import argparse
+
+from core.settings import get_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    keys = sub.add_parser("keys", help="API keys")
+    ksub = keys.add_subparsers(dest="keys_action", required=True)
+    create = ksub.add_parser("create", help="create a key; the token is printed once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--role", action="append", required=True, choices=["ingest", "query", "admin"])
+    create.add_argument("--principal", help="user:<id> or service:<id> (default service:<tenant>-<role>)")
+    create.add_argument("--delegate", action="store_true", help="may act as an end user (as_principal)")
+    create.add_argument("--name")
+    create.set_defaults(handler=_create)
+    lst = ksub.add_parser("list", help="list keys (never the secret)")
+    lst.add_argument("--tenant")
+    lst.set_defaults(handler=_list)
+    rev = ksub.add_parser("revoke", help="revoke a key by id; effective within one second")
+    rev.add_argument("key_id")
+    rev.set_defaults(handler=_revoke)
+
+
+def _conninfo() -> str:
+    from catalog.connect import database_url
+    from catalog.db import apply_migrations
+
+    url = database_url(get_settings())
+    apply_migrations(url)
+    return url
+
+
+def _create(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from authz.api_keys import create_key
+
+    with psycopg.connect(_conninfo()) as conn:
+        key = create_key(
+            conn, tenant_id=args.tenant, roles=args.role, principal_id=args.principal,
+            can_delegate=args.delegate, name=args.name,
+        )  # fmt: skip
+    print(key.token)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from catalog.principals import list_keys
+
+    with psycopg.connect(_conninfo()) as conn:
+        for k in list_keys(conn, tenant_id=args.tenant):
+            state = "revoked" if k.revoked_at else "active"
+            print(
+                f"{k.key_id}\t{k.tenant_id}\t{k.principal_id}\t{','.join(k.roles)}\t{state}\t{k.name or ''}"
+            )
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from authz.api_keys import revoke
+
+    with psycopg.connect(_conninfo()) as conn:
+        done = revoke(conn, key_id=args.key_id)
+    print("revoked" if done else "no such active key")
+    return 0 if done else 1

@@ -1,0 +1,103 @@
+"""Connections and schema migrations.
+
+Migrations are numbered SQL files in ``catalog/migrations``; each is applied once, in its own
+transaction, and recorded in ``schema_migrations``. A transaction-level advisory lock makes
+concurrent start-ups (several API replicas, a job runner) safe: the second waits, then finds
+everything applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Arbitrary but fixed: the advisory lock key that serialises migrations.
+_MIGRATION_LOCK = 0x7261676C696E65
+_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    number: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def load_migrations() -> list[Migration]:
+    """The packaged migrations in order; file names are ``NNN_name.sql``."""
+    found = []
+    for entry in resources.files("catalog.migrations").iterdir():
+        match = _NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text()))
+    found.sort(key=lambda m: m.number)
+    numbers = [m.number for m in found]
+    if len(set(numbers)) != len(numbers):
+        raise ConfigError(f"duplicate migration numbers: {numbers}")
+    return found
+
+
+def apply_migrations(conninfo: str) -> list[int]:
+    """Apply every pending migration; returns the numbers applied by this call."""
+    applied_now: list[int] = []
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (number integer PRIMARY KEY,"
+            " name text NOT NULL, checksum text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in load_migrations():
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                row = conn.execute(
+                    "SELECT checksum FROM schema_migrations WHERE number = %s", (migration.number,)
+                ).fetchone()
+                if row is not None:
+                    if row[0] != migration.checksum:
+                        log.warning("migration %03d changed after it was applied", migration.number)
+                    continue
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO schema_migrations (number, name, checksum) VALUES (%s, %s, %s)",
+                    (migration.number, migration.name, migration.checksum),
+                )
+                applied_now.append(migration.number)
+                log.info("applied migration %03d_%s", migration.number, migration.name)
+    return applied_now
+
+
+def applied_migrations(conn: psycopg.Connection) -> list[int]:
+    rows = conn.execute("SELECT number FROM schema_migrations ORDER BY number").fetchall()
+    return [r[0] for r in rows]
+
+
+def open_pool(conninfo: str, *, size: int, name: str = "ragline") -> ConnectionPool:
+    """A started connection pool; fails fast with a clear message when the database is down."""
+    pool = ConnectionPool(
+        conninfo, min_size=1, max_size=size, name=name, open=False, kwargs={"autocommit": False}
+    )
+    try:
+        pool.open(wait=True, timeout=15.0)
+    except Exception as exc:  # the pool raises its own timeout; say what was tried
+        pool.close()
+        raise ConfigError(f"cannot connect to PostgreSQL ({redact(conninfo)}): {exc}") from exc
+    return pool
+
+
+def redact(conninfo: str) -> str:
+    """The connection string without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", re.sub(r"password=\S+", "password=***", conninfo))

@@ -1,0 +1,130 @@
+"""Tenants, principals, group membership and API key rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    key_id: str
+    tenant_id: str
+    principal_id: str
+    key_hash: bytes
+    roles: tuple[str, ...]
+    can_delegate: bool
+    name: str | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+def ensure_tenant(conn: psycopg.Connection, *, tenant_id: str) -> None:
+    conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (tenant_id,))
+
+
+def ensure_principal(conn: psycopg.Connection, *, tenant_id: str, principal_id: str) -> None:
+    ensure_tenant(conn, tenant_id=tenant_id)
+    conn.execute(
+        "INSERT INTO principals (tenant_id, principal_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (tenant_id, principal_id),
+    )
+
+
+def principal_exists(conn: psycopg.Connection, *, tenant_id: str, principal_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM principals WHERE tenant_id = %s AND principal_id = %s", (tenant_id, principal_id)
+    ).fetchone()
+    return row is not None
+
+
+def groups_of(conn: psycopg.Connection, *, tenant_id: str, principal_id: str) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT group_id FROM group_members WHERE tenant_id = %s AND principal_id = %s ORDER BY group_id",
+        (tenant_id, principal_id),
+    ).fetchall()
+    return tuple(r[0] for r in rows)
+
+
+def replace_groups(conn: psycopg.Connection, *, tenant_id: str, principal_id: str, groups: list[str]) -> None:
+    """Replace a principal's groups and record the change so caches drop stale ACL views."""
+    ensure_principal(conn, tenant_id=tenant_id, principal_id=principal_id)
+    conn.execute(
+        "DELETE FROM group_members WHERE tenant_id = %s AND principal_id = %s", (tenant_id, principal_id)
+    )
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO group_members (tenant_id, principal_id, group_id) VALUES (%s, %s, %s)",
+            [(tenant_id, principal_id, g) for g in sorted(set(groups))],
+        )
+    conn.execute("INSERT INTO catalog_changes (tenant_id, kind) VALUES (%s, 'groups')", (tenant_id,))
+    conn.execute("SELECT pg_notify('ragline_changes', %s)", (tenant_id,))
+
+
+def insert_key(
+    conn: psycopg.Connection,
+    *,
+    key_id: str,
+    tenant_id: str,
+    principal_id: str,
+    key_hash: bytes,
+    roles: list[str],
+    can_delegate: bool,
+    name: str | None,
+) -> None:
+    ensure_principal(conn, tenant_id=tenant_id, principal_id=principal_id)
+    conn.execute(
+        "INSERT INTO api_keys (key_id, tenant_id, principal_id, key_hash, roles, can_delegate, name)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (key_id, tenant_id, principal_id, key_hash, roles, can_delegate, name),
+    )
+
+
+_KEY_COLUMNS = (
+    "key_id, tenant_id, principal_id, key_hash, roles, can_delegate, name, created_at,"
+    " last_used_at, revoked_at"
+)
+
+
+def _key_row(row: tuple) -> KeyRow:
+    return KeyRow(
+        key_id=row[0],
+        tenant_id=row[1],
+        principal_id=row[2],
+        key_hash=bytes(row[3]),
+        roles=tuple(row[4]),
+        can_delegate=row[5],
+        name=row[6],
+        created_at=row[7],
+        last_used_at=row[8],
+        revoked_at=row[9],
+    )
+
+
+def get_key(conn: psycopg.Connection, *, key_id: str) -> KeyRow | None:
+    row = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = %s", (key_id,)).fetchone()
+    return _key_row(row) if row else None
+
+
+def list_keys(conn: psycopg.Connection, *, tenant_id: str | None = None) -> list[KeyRow]:
+    if tenant_id is None:
+        rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at").fetchall()
+    else:
+        rows = conn.execute(
+            f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE tenant_id = %s ORDER BY created_at", (tenant_id,)
+        ).fetchall()
+    return [_key_row(r) for r in rows]
+
+
+def revoke_key(conn: psycopg.Connection, *, key_id: str) -> bool:
+    cur = conn.execute(
+        "UPDATE api_keys SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL", (key_id,)
+    )
+    return cur.rowcount == 1
+
+
+def touch_key(conn: psycopg.Connection, *, key_id: str) -> None:
+    conn.execute("UPDATE api_keys SET last_used_at = now() WHERE key_id = %s", (key_id,))

@@ -1,0 +1,75 @@
+"""Session-wide fixtures: one throwaway PostgreSQL (or RAGLINE_DATABASE_URL), a clean
+database for each test, and the shared-data location."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Tables a test may write; schema_migrations survives so migrations run once per session.
+_DATA_TABLES = (
+    "audit_log, index_aliases, index_versions, job_items, jobs, tombstones, chunk_embeddings, chunks,"
+    " document_versions, documents, catalog_changes, api_keys, group_members, principals, tenants"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated catalog database for the whole session."""
+    from catalog import embedded
+    from catalog.db import apply_migrations
+
+    url = os.environ.get("RAGLINE_DATABASE_URL")
+    cluster = None
+    if not url:
+        data_dir = tmp_path_factory.mktemp("ragline-data")
+        cluster = embedded.cluster_for(data_dir, port=_free_port(), fsync=False)
+        url = embedded.up(cluster)
+    apply_migrations(url)
+    yield url
+    if cluster is not None:
+        embedded.destroy(cluster)
+
+
+def truncate_all(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {_DATA_TABLES} RESTART IDENTITY CASCADE")
+
+
+@pytest.fixture
+def db_url(pg_url: str) -> str:
+    """The catalog URL, emptied before the test."""
+    truncate_all(pg_url)
+    return pg_url
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip("../shared/data is absent")
+    return SHARED_DATA
