@@ -76,8 +76,12 @@ def create_app(
 
 def default_hooks() -> list[ServiceHook]:
     """The services a full server runs; tests pass their own list to keep start-up light."""
-    return []
+    from api.services import ingest_hook, search_hook
+
+    return [ingest_hook, search_hook]
 
 
 def extra_routers() -> list[Any]:
-    return []
+    from api.routes import documents, jobs, retrieve
+
+    return [documents.router, jobs.router, retrieve.router]

@@ -41,9 +41,13 @@ def _create(args: argparse.Namespace) -> int:
 
     with psycopg.connect(_conninfo()) as conn:
         key = create_key(
-            conn, tenant_id=args.tenant, roles=args.role, principal_id=args.principal,
-            can_delegate=args.delegate, name=args.name,
-        )  # fmt: skip
+            conn,
+            tenant_id=args.tenant,
+            roles=args.role,
+            principal_id=args.principal,
+            can_delegate=args.delegate,
+            name=args.name,
+        )
     print(key.token)
     return 0
 

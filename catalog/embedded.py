@@ -155,10 +155,20 @@ def _initdb(cluster: LocalCluster) -> None:
     _run(
         cluster,
         [
-            "initdb", "-D", str(cluster.pgdata), "-U", DB_USER, "--pwfile", str(pwfile),
-            "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C",
+            "initdb",
+            "-D",
+            str(cluster.pgdata),
+            "-U",
+            DB_USER,
+            "--pwfile",
+            str(pwfile),
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C",
         ],
-    )  # fmt: skip
+    )
     conf = cluster.pgdata / "postgresql.conf"
     with conf.open("a") as fh:
         fh.write(

@@ -7,6 +7,8 @@ from datetime import datetime
 
 import psycopg
 
+from catalog.changes import record_change
+
 
 @dataclass(frozen=True, slots=True)
 class KeyRow:
@@ -60,8 +62,7 @@ def replace_groups(conn: psycopg.Connection, *, tenant_id: str, principal_id: st
             "INSERT INTO group_members (tenant_id, principal_id, group_id) VALUES (%s, %s, %s)",
             [(tenant_id, principal_id, g) for g in sorted(set(groups))],
         )
-    conn.execute("INSERT INTO catalog_changes (tenant_id, kind) VALUES (%s, 'groups')", (tenant_id,))
-    conn.execute("SELECT pg_notify('ragline_changes', %s)", (tenant_id,))
+    record_change(conn, tenant_id=tenant_id, kind="groups")
 
 
 def insert_key(

@@ -43,7 +43,7 @@ class SourceDocument:
     mime_type: str
     content: bytes
     title: str | None = None
-    metadata: Metadata = EMPTY_METADATA
+    metadata: Metadata = field(default_factory=lambda: EMPTY_METADATA)
     acl: Acl = Acl()
 
 

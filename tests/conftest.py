@@ -73,3 +73,11 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip("../shared/data is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def embedder():  # type: ignore[no-untyped-def]
+    """The real bundled embedding model, loaded once per session."""
+    from index.embedder import load_embedder
+
+    return load_embedder("bundled:all-MiniLM-L6-v2", device="cpu")

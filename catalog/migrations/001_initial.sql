@@ -38,7 +38,8 @@ CREATE TABLE api_keys (
 CREATE INDEX api_keys_tenant ON api_keys (tenant_id);
 
 -- Every catalog mutation that changes what a search may return appends here (in the same
--- transaction) and NOTIFYs 'ragline_changes'; serving nodes catch up by position.
+-- transaction, under an advisory lock so positions become visible in order) and NOTIFYs
+-- 'ragline_changes'; serving nodes catch up by position.
 CREATE TABLE catalog_changes (
     seq         bigserial PRIMARY KEY,
     tenant_id   text NOT NULL,
@@ -98,11 +99,10 @@ CREATE TABLE chunks (
     section_path  text[] NOT NULL DEFAULT '{}',
     kind          text NOT NULL DEFAULT 'paragraph',
     token_count   integer NOT NULL,
-    change_seq    bigint NOT NULL,
     UNIQUE (doc_id, version, ordinal),
     FOREIGN KEY (doc_id, version) REFERENCES document_versions ON DELETE CASCADE
 );
-CREATE INDEX chunks_change_seq ON chunks (change_seq);
+CREATE INDEX chunks_doc_version ON chunks (doc_id, version);
 
 -- Keyed by (chunk, model): rebuilds never re-embed, and a re-embed with a new model writes a
 -- second set beside the live one. Vectors are little-endian float32.
@@ -119,7 +119,6 @@ CREATE TABLE tombstones (
     chunk_row   bigint PRIMARY KEY REFERENCES chunks ON DELETE CASCADE,
     doc_id      bigint NOT NULL,
     reason      text NOT NULL CHECK (reason IN ('deleted', 'superseded')),
-    change_seq  bigint NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX tombstones_doc ON tombstones (doc_id);

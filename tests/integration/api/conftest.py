@@ -1,22 +1,47 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.services import ingest_hook, search_hook
 from authz.api_keys import create_key
 from core.settings import Settings
 
 
 @pytest.fixture
-def foundation_client(db_url: str, tmp_path) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def foundation_client(db_url: str, tmp_path: Path) -> Iterator[TestClient]:
     """The API with only the foundation services (no models, no indexes)."""
     settings = Settings(data_dir=tmp_path, database_url=db_url)
     with TestClient(create_app(settings, hooks=[])) as client:
         yield client
+
+
+def full_settings(db_url: str, tmp_path: Path, **overrides: object) -> Settings:
+    return Settings(data_dir=tmp_path, database_url=db_url, **overrides)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    """The whole API (ingest runner without Ray, search service) on the session's model."""
+    settings = full_settings(db_url, tmp_path)
+    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    app = create_app(settings, hooks=hooks)
+    with TestClient(app) as client:
+        client.app.state.runner.config = _no_ray(client.app.state.runner.config)  # type: ignore[attr-defined]
+        yield client
+
+
+def _no_ray(config):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return dataclasses.replace(config, use_ray=False)
 
 
 def make_key(
@@ -26,3 +51,13 @@ def make_key(
         return create_key(
             conn, tenant_id=tenant, roles=roles, principal_id=principal, can_delegate=delegate
         ).token
+
+
+def wait_job(client: TestClient, token: str, job_id: str, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"}).json()
+        if job["state"] not in ("queued", "running"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish in {timeout}s")

@@ -1,0 +1,87 @@
+"""Job status, listing and cancellation."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import IngestPrincipal, PoolDep
+from api.schemas import ItemError, JobOut
+from catalog import jobs as jobs_repo
+from core.errors import NotFoundError
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+JobState = Annotated[
+    str | None, Query(pattern="^(queued|running|succeeded|failed|partially_failed|cancelled)$")
+]
+
+
+def job_out(job: jobs_repo.JobRow, errors: list[jobs_repo.ItemRow]) -> JobOut:
+    end = job.finished_at or datetime.now(UTC)
+    elapsed = (end - job.started_at).total_seconds() if job.started_at else 0.0
+    rate = lambda n: round(n / elapsed, 3) if elapsed > 0 else 0.0  # noqa: E731
+    return JobOut(
+        job_id=str(job.job_id),
+        kind=job.kind,
+        state=job.state,
+        documents={
+            "total": job.documents_total,
+            "done": job.documents_done,
+            "failed": job.documents_failed,
+            "unchanged": job.documents_unchanged,
+        },
+        pages=job.pages,
+        chunks=job.chunks,
+        bytes=job.bytes,
+        throughput={
+            "seconds": round(elapsed, 3),
+            "documents_per_s": rate(job.documents_done),
+            "chunks_per_s": rate(job.chunks),
+            "bytes_per_s": rate(job.bytes),
+        },
+        created_at=job.created_at.isoformat(),
+        started_at=job.started_at.isoformat() if job.started_at else None,
+        finished_at=job.finished_at.isoformat() if job.finished_at else None,
+        errors=[
+            ItemError(
+                item_no=i.item_no, external_id=i.external_id, code=i.error_code, message=i.error_message
+            )
+            for i in errors
+        ],
+    )
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
+    with pool.connection() as conn:
+        job = jobs_repo.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id}")
+        failed = jobs_repo.items(conn, job_id=job_id, state="failed")
+    return job_out(job, failed)
+
+
+@router.get("/jobs", response_model=list[JobOut])
+def list_jobs(
+    principal: IngestPrincipal,
+    pool: PoolDep,
+    state: JobState = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[JobOut]:
+    with pool.connection() as conn:
+        jobs = jobs_repo.list_jobs(conn, tenant_id=principal.tenant_id, state=state, limit=limit)
+    return [job_out(j, []) for j in jobs]
+
+
+@router.post("/jobs/{job_id}:cancel", response_model=JobOut)
+def cancel_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
+    """Stops a job between batches; items already written stay written."""
+    with pool.connection() as conn:
+        job = jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=principal.tenant_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id}")
+    return job_out(job, [])

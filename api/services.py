@@ -1,0 +1,101 @@
+"""Service hooks the app factory starts in its lifespan: each returns its closer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import FastAPI
+
+from core.settings import Settings
+from index.embedder import Embedder
+from retrieve.service import Scorer
+
+
+def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
+    """The background ingestion runner (own embedder, resumes unfinished jobs)."""
+    from index.embedder import load_embedder
+    from ingest.pipeline import ChunkingConfig
+    from jobs.runner import IngestRunner, RunnerConfig
+
+    config = RunnerConfig(
+        conninfo=app.state.database_url,
+        model_name=settings.embedding_model,
+        chunking=ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap),
+        data_dir=settings.data_dir,
+        inline_max_documents=settings.ingest.inline_max_documents,
+        ray_address=settings.ray_address,
+        embed_actors=settings.ingest.workers,
+        embed_batch=settings.ingest.embed_batch_size,
+    )
+    runner = IngestRunner(
+        config,
+        lambda: embedder
+        or load_embedder(
+            settings.embedding_model,
+            device=settings.embedding_device,
+            batch_size=settings.ingest.embed_batch_size,
+        ),
+    )
+    runner.start(resume=True)
+    app.state.runner = runner
+    return runner.close
+
+
+def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
+    """The search service: query embedder, serving state, searcher, optional reranker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from index.embedder import load_embedder
+    from index.tokenize import Tokenizer
+    from retrieve.hybrid import HybridSearcher, PlannerConfig
+    from retrieve.query_embedding import QueryEmbedder
+    from retrieve.service import FusionConfig, RerankConfig, SearchService
+    from retrieve.serving import ServingState
+
+    embedder = embedder or load_embedder(settings.embedding_model, device=settings.embedding_device)
+    r, ix = settings.retrieve, settings.index
+    state = ServingState(model_name=settings.embedding_model, dim=embedder.dim, tokenizer=Tokenizer())
+    executor = ThreadPoolExecutor(max_workers=max(2, settings.index.shards), thread_name_prefix="shard")
+    planner = PlannerConfig(
+        r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
+    )
+    searcher = HybridSearcher(
+        state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
+    )
+    reranker, closers = _reranker(settings)
+    query_embedder = QueryEmbedder(embedder)
+    service = SearchService(
+        pool=app.state.pool,
+        state=state,
+        searcher=searcher,
+        embedder=query_embedder,
+        count_tokens=embedder.count_tokens,
+        fusion=FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
+        rerank=RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms),
+        reranker=reranker,
+        poll_seconds=ix.poll_seconds,
+    )
+    service.start()
+    app.state.search = service
+
+    def close() -> None:
+        service.close()
+        query_embedder.close()
+        for c in closers:
+            c()
+        executor.shutdown(wait=False)
+
+    return close
+
+
+def _reranker(settings: Settings) -> tuple[Scorer | None, list[Callable[[], None]]]:
+    if not settings.rerank.model:
+        return None, []
+    from rerank.batching import BatchingReranker
+    from rerank.cross_encoder import load_reranker
+
+    model = load_reranker(settings.rerank.model, device=settings.embedding_device)
+    batching = BatchingReranker(
+        model, max_batch_tokens=settings.rerank.max_batch_tokens, max_wait_ms=settings.rerank.max_wait_ms
+    )
+    return batching, [batching.close]

@@ -1,0 +1,263 @@
+"""Documents, versions, chunks, embeddings and tombstones.
+
+Visibility lives on the document row: a chunk is visible iff its document is active and the
+chunk belongs to ``current_version``. A version swap, a delete and an ACL change are each one
+UPDATE of that row (plus tombstones and a change record) in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from catalog.changes import record_change
+from core.errors import NotFoundError
+from core.records import Acl, Chunk
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRow:
+    doc_id: int
+    tenant_id: str
+    external_id: str
+    source: str | None
+    title: str | None
+    mime_type: str
+    content_hash: str | None
+    current_version: int | None
+    metadata: Mapping[str, Any]
+    acl: Acl
+    state: str
+    created_at: datetime
+    updated_at: datetime
+
+
+_DOC_COLUMNS = (
+    "doc_id, tenant_id, external_id, source, title, mime_type, content_hash, current_version,"
+    " metadata, acl_principals, acl_public, state, created_at, updated_at"
+)
+
+
+def _doc(row: tuple) -> DocumentRow:
+    return DocumentRow(
+        doc_id=row[0],
+        tenant_id=row[1],
+        external_id=row[2],
+        source=row[3],
+        title=row[4],
+        mime_type=row[5],
+        content_hash=row[6],
+        current_version=row[7],
+        metadata=row[8] or {},
+        acl=Acl(principals=tuple(row[9]), public=row[10]),
+        state=row[11],
+        created_at=row[12],
+        updated_at=row[13],
+    )
+
+
+def get_document(
+    conn: psycopg.Connection, *, tenant_id: str, external_id: str, lock: bool = False
+) -> DocumentRow | None:
+    sql = f"SELECT {_DOC_COLUMNS} FROM documents WHERE tenant_id = %s AND external_id = %s"
+    row = conn.execute(sql + (" FOR UPDATE" if lock else ""), (tenant_id, external_id)).fetchone()
+    return _doc(row) if row else None
+
+
+def documents_by_id(conn: psycopg.Connection, *, doc_ids: Sequence[int] | None) -> list[DocumentRow]:
+    """The given documents, or all of them when ``doc_ids`` is None."""
+    if doc_ids is None:
+        rows = conn.execute(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY doc_id").fetchall()
+    else:
+        rows = conn.execute(
+            f"SELECT {_DOC_COLUMNS} FROM documents WHERE doc_id = ANY(%s)", (list(doc_ids),)
+        ).fetchall()
+    return [_doc(r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class VersionCommit:
+    doc_id: int
+    version: int
+    chunk_count: int
+    superseded: int
+
+
+def commit_version(
+    conn: psycopg.Connection,
+    *,
+    doc: DocumentRow,
+    version: int,
+    mime_type: str,
+    title: str | None,
+    metadata: Mapping[str, Any],
+    acl: Acl,
+    content_hash: str,
+    byte_size: int,
+    page_count: int,
+    warnings: Sequence[str],
+    chunks: Sequence[Chunk],
+    vectors: np.ndarray,
+    model: str,
+) -> VersionCommit:
+    """Write ``version`` and make it the visible one, in the caller's transaction.
+
+    ``doc`` comes from ``lock_for_write`` in the same transaction; ``vectors`` holds one row
+    per leaf chunk (level 0), in chunk order.
+    """
+    conn.execute(
+        "INSERT INTO document_versions (doc_id, version, content_hash, byte_size, page_count,"
+        " chunk_count, warnings) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (doc.doc_id, version, content_hash, byte_size, page_count, len(chunks), list(warnings)),
+    )
+    _copy_chunks(conn, doc_id=doc.doc_id, version=version, chunks=chunks, vectors=vectors, model=model)
+    superseded = _tombstone_current(conn, doc=doc, reason="superseded")
+    conn.execute(
+        "UPDATE documents SET current_version = %s, content_hash = %s, title = %s, metadata = %s,"
+        " source = %s, mime_type = %s, acl_principals = %s, acl_public = %s, state = 'active',"
+        " updated_at = now() WHERE doc_id = %s",
+        (
+            version,
+            content_hash,
+            title,
+            Jsonb(dict(metadata)),
+            _source(metadata),
+            mime_type,
+            sorted(set(acl.principals)),
+            acl.public,
+            doc.doc_id,
+        ),
+    )
+    record_change(conn, tenant_id=doc.tenant_id, kind="version", doc_id=doc.doc_id)
+    return VersionCommit(doc.doc_id, version, len(chunks), superseded)
+
+
+def next_version(conn: psycopg.Connection, *, doc: DocumentRow) -> int:
+    """One past every version ever written (a deleted document's numbers are not reused)."""
+    row = conn.execute(
+        "SELECT coalesce(max(version), 0) FROM document_versions WHERE doc_id = %s", (doc.doc_id,)
+    ).fetchone()
+    return (int(row[0]) if row else 0) + 1
+
+
+def _source(metadata: Mapping[str, Any]) -> str | None:
+    value = metadata.get("source")
+    return None if value is None else str(value)
+
+
+def lock_for_write(
+    conn: psycopg.Connection, *, tenant_id: str, external_id: str, mime_type: str
+) -> DocumentRow:
+    """Create the document row if needed and lock it for this transaction."""
+    conn.execute(
+        "INSERT INTO documents (tenant_id, external_id, mime_type) VALUES (%s, %s, %s)"
+        " ON CONFLICT (tenant_id, external_id) DO NOTHING",
+        (tenant_id, external_id, mime_type),
+    )
+    doc = get_document(conn, tenant_id=tenant_id, external_id=external_id, lock=True)
+    if doc is None:
+        raise NotFoundError(f"document {external_id} vanished during upsert")
+    return doc
+
+
+def _copy_chunks(
+    conn: psycopg.Connection,
+    *,
+    doc_id: int,
+    version: int,
+    chunks: Sequence[Chunk],
+    vectors: np.ndarray,
+    model: str,
+) -> None:
+    if not chunks:
+        return
+    rows = conn.execute(
+        "SELECT nextval(pg_get_serial_sequence('chunks', 'chunk_row')) FROM generate_series(1, %s)",
+        (len(chunks),),
+    ).fetchall()
+    row_of = {c.chunk_id: int(r[0]) for c, r in zip(chunks, rows, strict=True)}
+    leaves = [c for c in chunks if c.level == 0]
+    if len(leaves) != len(vectors):
+        raise ValueError(f"{len(leaves)} leaf chunks but {len(vectors)} vectors")
+    with conn.cursor() as cur:
+        # Parents first so the parent_row foreign key holds row by row.
+        ordered = sorted(chunks, key=lambda c: (c.level == 0, c.ordinal))
+        with cur.copy(
+            "COPY chunks (chunk_row, chunk_id, doc_id, version, ordinal, level, parent_row, text,"
+            " char_start, char_end, page_start, page_end, section_path, kind, token_count) FROM STDIN"
+        ) as copy:
+            for c in ordered:
+                copy.write_row(
+                    (
+                        row_of[c.chunk_id],
+                        c.chunk_id,
+                        doc_id,
+                        version,
+                        c.ordinal,
+                        c.level,
+                        row_of.get(c.parent_id) if c.parent_id else None,
+                        c.text.replace("\x00", ""),
+                        c.char_start,
+                        c.char_end,
+                        c.page_start,
+                        c.page_end,
+                        list(c.heading_path),
+                        str(c.kind),
+                        c.token_count,
+                    )
+                )
+        vecs = np.ascontiguousarray(vectors, dtype="<f4")
+        dim = int(vecs.shape[1]) if vecs.ndim == 2 else 0
+        with cur.copy("COPY chunk_embeddings (chunk_row, model, dim, vector) FROM STDIN") as copy:
+            for c, v in zip(leaves, vecs, strict=True):
+                copy.write_row((row_of[c.chunk_id], model, dim, v.tobytes()))
+
+
+def _tombstone_current(conn: psycopg.Connection, *, doc: DocumentRow, reason: str) -> int:
+    if doc.current_version is None:
+        return 0
+    cur = conn.execute(
+        "INSERT INTO tombstones (chunk_row, doc_id, reason) SELECT chunk_row, doc_id, %s FROM chunks"
+        " WHERE doc_id = %s AND version = %s ON CONFLICT DO NOTHING",
+        (reason, doc.doc_id, doc.current_version),
+    )
+    return cur.rowcount
+
+
+def delete_document(conn: psycopg.Connection, *, tenant_id: str, external_id: str) -> int:
+    """Tombstone every chunk of the document; returns how many. Raises NotFoundError."""
+    doc = get_document(conn, tenant_id=tenant_id, external_id=external_id, lock=True)
+    if doc is None or doc.state == "deleted":
+        raise NotFoundError(f"no document {external_id!r}")
+    hidden = _tombstone_current(conn, doc=doc, reason="deleted")
+    conn.execute(
+        "UPDATE documents SET state = 'deleted', updated_at = now() WHERE doc_id = %s", (doc.doc_id,)
+    )
+    record_change(conn, tenant_id=tenant_id, kind="delete", doc_id=doc.doc_id)
+    return hidden
+
+
+def set_acl(conn: psycopg.Connection, *, tenant_id: str, external_id: str, acl: Acl) -> DocumentRow:
+    doc = get_document(conn, tenant_id=tenant_id, external_id=external_id, lock=True)
+    if doc is None or doc.state == "deleted":
+        raise NotFoundError(f"no document {external_id!r}")
+    conn.execute(
+        "UPDATE documents SET acl_principals = %s, acl_public = %s, updated_at = now() WHERE doc_id = %s",
+        (sorted(set(acl.principals)), acl.public, doc.doc_id),
+    )
+    record_change(conn, tenant_id=tenant_id, kind="acl", doc_id=doc.doc_id)
+    return doc
+
+
+def update_acl_if_changed(conn: psycopg.Connection, *, doc: DocumentRow, acl: Acl) -> bool:
+    """For an unchanged re-push: apply a new ACL without a new version."""
+    if sorted(set(doc.acl.principals)) == sorted(set(acl.principals)) and doc.acl.public == acl.public:
+        return False
+    set_acl(conn, tenant_id=doc.tenant_id, external_id=doc.external_id, acl=acl)
+    return True

@@ -1,0 +1,310 @@
+"""Jobs and job items: durable, resumable units of ingestion work.
+
+An item's outcome, its document version and the job counters are written in one
+transaction, so a job resumed after a crash redoes exactly the items still ``pending``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from core.records import Acl
+
+TERMINAL = frozenset({"succeeded", "failed", "partially_failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    external_id: str
+    mime_type: str
+    title: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    acl: Acl = Acl()
+    payload: bytes | None = None
+    payload_path: str | None = None
+    byte_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    job_id: uuid.UUID
+    item_no: int
+    external_id: str
+    mime_type: str
+    title: str | None
+    metadata: Mapping[str, Any]
+    acl: Acl
+    payload_path: str | None
+    byte_size: int
+    state: str
+    error_code: str | None
+    error_message: str | None
+    doc_id: int | None
+    version: int | None
+    chunks: int
+    pages: int
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    job_id: uuid.UUID
+    tenant_id: str
+    kind: str
+    state: str
+    params: Mapping[str, Any]
+    documents_total: int
+    documents_done: int
+    documents_failed: int
+    documents_unchanged: int
+    pages: int
+    chunks: int
+    bytes: int
+    cancel_requested: bool
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+
+_JOB_COLUMNS = (
+    "job_id, tenant_id, kind, state, params, documents_total, documents_done, documents_failed,"
+    " documents_unchanged, pages, chunks, bytes, cancel_requested, error, created_at, started_at,"
+    " finished_at, updated_at"
+)
+_ITEM_COLUMNS = (
+    "job_id, item_no, external_id, mime_type, title, metadata, acl_principals, acl_public, payload_path,"
+    " byte_size, state, error_code, error_message, doc_id, version, chunks, pages, warnings"
+)
+
+
+def _job(r: tuple) -> JobRow:
+    return JobRow(*r[:4], r[4] or {}, *r[5:])  # type: ignore[call-arg]
+
+
+def _item(r: tuple) -> ItemRow:
+    return ItemRow(
+        job_id=r[0],
+        item_no=r[1],
+        external_id=r[2],
+        mime_type=r[3],
+        title=r[4],
+        metadata=r[5] or {},
+        acl=Acl(tuple(r[6]), r[7]),
+        payload_path=r[8],
+        byte_size=r[9],
+        state=r[10],
+        error_code=r[11],
+        error_message=r[12],
+        doc_id=r[13],
+        version=r[14],
+        chunks=r[15],
+        pages=r[16],
+        warnings=tuple(r[17]),
+    )
+
+
+def create_job(
+    conn: psycopg.Connection,
+    *,
+    tenant_id: str,
+    kind: str,
+    items: Sequence[NewItem],
+    params: Mapping[str, Any] | None = None,
+) -> uuid.UUID:
+    job_id = uuid.uuid4()
+    conn.execute(
+        "INSERT INTO jobs (job_id, tenant_id, kind, params, documents_total) VALUES (%s, %s, %s, %s, %s)",
+        (job_id, tenant_id, kind, Jsonb(dict(params or {})), len(items)),
+    )
+    with (
+        conn.cursor() as cur,
+        cur.copy(
+            "COPY job_items (job_id, item_no, external_id, mime_type, title, metadata, acl_principals,"
+            " acl_public, payload, payload_path, byte_size) FROM STDIN"
+        ) as copy,
+    ):
+        for no, it in enumerate(items):
+            copy.write_row(
+                (
+                    job_id,
+                    no,
+                    it.external_id,
+                    it.mime_type,
+                    it.title,
+                    Jsonb(dict(it.metadata)),
+                    list(it.acl.principals),
+                    it.acl.public,
+                    it.payload,
+                    it.payload_path,
+                    it.byte_size,
+                )
+            )
+    return job_id
+
+
+def get_job(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str | None = None) -> JobRow | None:
+    sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = %s"
+    args: list[Any] = [job_id]
+    if tenant_id is not None:
+        sql += " AND tenant_id = %s"
+        args.append(tenant_id)
+    row = conn.execute(sql, args).fetchone()
+    return _job(row) if row else None
+
+
+def list_jobs(
+    conn: psycopg.Connection, *, tenant_id: str | None, state: str | None = None, limit: int = 100
+) -> list[JobRow]:
+    clauses, args = [], []
+    if tenant_id is not None:
+        clauses.append("tenant_id = %s")
+        args.append(tenant_id)
+    if state is not None:
+        clauses.append("state = %s")
+        args.append(state)
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    rows = conn.execute(
+        f"SELECT {_JOB_COLUMNS} FROM jobs{where} ORDER BY created_at DESC LIMIT %s", [*args, limit]
+    ).fetchall()
+    return [_job(r) for r in rows]
+
+
+def items(conn: psycopg.Connection, *, job_id: uuid.UUID, state: str | None = None) -> list[ItemRow]:
+    sql = f"SELECT {_ITEM_COLUMNS} FROM job_items WHERE job_id = %s"
+    args: list[Any] = [job_id]
+    if state is not None:
+        sql += " AND state = %s"
+        args.append(state)
+    return [_item(r) for r in conn.execute(sql + " ORDER BY item_no", args).fetchall()]
+
+
+def item_payload(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -> bytes | None:
+    row = conn.execute(
+        "SELECT payload FROM job_items WHERE job_id = %s AND item_no = %s", (job_id, item_no)
+    ).fetchone()
+    return bytes(row[0]) if row and row[0] is not None else None
+
+
+def item_is_pending(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -> bool:
+    """Lock the item row and say whether it still waits for its outcome."""
+    row = conn.execute(
+        "SELECT state FROM job_items WHERE job_id = %s AND item_no = %s FOR UPDATE", (job_id, item_no)
+    ).fetchone()
+    return bool(row and row[0] == "pending")
+
+
+def claim_job(conn: psycopg.Connection, *, job_id: uuid.UUID, owner: str) -> bool:
+    """Mark a queued (or orphaned running) job as ours; False if another worker holds it."""
+    cur = conn.execute(
+        "UPDATE jobs SET state = 'running', owner = %s, heartbeat_at = now(),"
+        " started_at = coalesce(started_at, now()), updated_at = now()"
+        " WHERE job_id = %s AND (state = 'queued' OR (state = 'running' AND (owner = %s OR"
+        " heartbeat_at < now() - interval '60 seconds')))",
+        (owner, job_id, owner),
+    )
+    return cur.rowcount == 1
+
+
+def heartbeat(conn: psycopg.Connection, *, job_id: uuid.UUID) -> bool:
+    """Refresh the lease; returns whether a cancel was requested."""
+    row = conn.execute(
+        "UPDATE jobs SET heartbeat_at = now() WHERE job_id = %s RETURNING cancel_requested", (job_id,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def finish_item(
+    conn: psycopg.Connection,
+    *,
+    job_id: uuid.UUID,
+    item_no: int,
+    state: str,
+    error_code: str | None = None,
+    error_message: str | None = None,
+    doc_id: int | None = None,
+    version: int | None = None,
+    chunks: int = 0,
+    pages: int = 0,
+    warnings: Sequence[str] = (),
+) -> bool:
+    """Record an item's outcome and bump the job counters; False if it was already finished.
+
+    Run it in the same transaction as the document commit: that is what makes a resumed job
+    write every document exactly once.
+    """
+    row = conn.execute(
+        "UPDATE job_items SET state = %s, error_code = %s, error_message = %s, doc_id = %s, version = %s,"
+        " chunks = %s, pages = %s, warnings = %s, finished_at = now(), payload = NULL"
+        " WHERE job_id = %s AND item_no = %s AND state = 'pending' RETURNING byte_size",
+        (state, error_code, error_message, doc_id, version, chunks, pages, list(warnings), job_id, item_no),
+    ).fetchone()
+    if row is None:
+        return False
+    conn.execute(
+        "UPDATE jobs SET documents_done = documents_done + 1,"
+        " documents_failed = documents_failed + %s, documents_unchanged = documents_unchanged + %s,"
+        " pages = pages + %s, chunks = chunks + %s, bytes = bytes + %s, updated_at = now()"
+        " WHERE job_id = %s",
+        (int(state == "failed"), int(state == "unchanged"), pages, chunks, row[0], job_id),
+    )
+    return True
+
+
+def finish_job(conn: psycopg.Connection, *, job_id: uuid.UUID, error: str | None = None) -> str:
+    """Settle the final state from the item outcomes; returns it."""
+    row = conn.execute(
+        "SELECT cancel_requested, documents_total, documents_failed,"
+        " (SELECT count(*) FROM job_items WHERE job_id = %s AND state = 'pending')"
+        " FROM jobs WHERE job_id = %s",
+        (job_id, job_id),
+    ).fetchone()
+    if row is None:
+        raise LookupError(f"job {job_id} not found")
+    cancelled, total, failed, pending = row
+    if cancelled:
+        conn.execute(
+            "UPDATE job_items SET state = 'cancelled', payload = NULL"
+            " WHERE job_id = %s AND state = 'pending'",
+            (job_id,),
+        )
+        state = "cancelled"
+    elif error is not None or (total > 0 and failed == total):
+        state = "failed"
+    elif failed > 0 or pending > 0:
+        state = "partially_failed"
+    else:
+        state = "succeeded"
+    conn.execute(
+        "UPDATE jobs SET state = %s, error = %s, finished_at = now(), updated_at = now() WHERE job_id = %s",
+        (state, error, job_id),
+    )
+    return state
+
+
+def request_cancel(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str) -> JobRow | None:
+    conn.execute(
+        "UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE job_id = %s AND tenant_id = %s",
+        (job_id, tenant_id),
+    )
+    conn.execute(
+        "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE job_id = %s AND state = 'queued'",
+        (job_id,),
+    )
+    return get_job(conn, job_id=job_id, tenant_id=tenant_id)
+
+
+def unfinished_jobs(conn: psycopg.Connection, *, kind: str = "ingest") -> list[uuid.UUID]:
+    rows = conn.execute(
+        "SELECT job_id FROM jobs WHERE kind = %s AND state IN ('queued', 'running') ORDER BY created_at",
+        (kind,),
+    ).fetchall()
+    return [r[0] for r in rows]

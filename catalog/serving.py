@@ -1,0 +1,133 @@
+"""Reads the serving nodes make: document attributes, chunk positions, fresh chunks, details."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from catalog.documents import DocumentRow, documents_by_id
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPositions:
+    """For index rows: the owning document and the version each chunk belongs to."""
+
+    rows: np.ndarray
+    doc_ids: np.ndarray
+    versions: np.ndarray
+
+
+def chunk_positions(conn: psycopg.Connection, *, rows: np.ndarray) -> ChunkPositions:
+    """Doc id and version of each chunk row, aligned with ``rows`` (missing rows get -1)."""
+    if len(rows) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return ChunkPositions(empty, empty, empty.astype(np.int32))
+    found = conn.execute(
+        "SELECT chunk_row, doc_id, version FROM chunks WHERE chunk_row = ANY(%s)", (rows.tolist(),)
+    ).fetchall()
+    lookup = {r[0]: (r[1], r[2]) for r in found}
+    doc_ids = np.fromiter((lookup.get(int(r), (-1, -1))[0] for r in rows), dtype=np.int64, count=len(rows))
+    versions = np.fromiter((lookup.get(int(r), (-1, -1))[1] for r in rows), dtype=np.int32, count=len(rows))
+    return ChunkPositions(rows, doc_ids, versions)
+
+
+@dataclass(frozen=True, slots=True)
+class FreshChunk:
+    row: int
+    doc_id: int
+    version: int
+    text: str
+    section_path: tuple[str, ...]
+    vector: np.ndarray | None
+
+
+def live_leaf_chunks(conn: psycopg.Connection, *, doc_ids: Sequence[int], model: str) -> list[FreshChunk]:
+    """Leaf chunks of the documents' current versions, with their vectors for ``model``."""
+    if not doc_ids:
+        return []
+    rows = conn.execute(
+        "SELECT c.chunk_row, c.doc_id, c.version, c.text, c.section_path, e.vector FROM chunks c"
+        " JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version AND d.state = 'active'"
+        " LEFT JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row AND e.model = %s"
+        " WHERE c.doc_id = ANY(%s) AND c.level = 0 ORDER BY c.chunk_row",
+        (model, list(doc_ids)),
+    ).fetchall()
+    return [
+        FreshChunk(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            tuple(r[4]),
+            np.frombuffer(r[5], dtype="<f4").copy() if r[5] is not None else None,
+        )
+        for r in rows
+    ]
+
+
+def all_documents(conn: psycopg.Connection) -> list[DocumentRow]:
+    return documents_by_id(conn, doc_ids=None)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDetail:
+    row: int
+    chunk_id: str
+    doc_id: int
+    external_id: str
+    title: str | None
+    text: str
+    char_start: int
+    char_end: int
+    page_start: int | None
+    page_end: int | None
+    section_path: tuple[str, ...]
+    metadata: dict[str, Any]
+    parent_text: str | None
+    parent_char_start: int | None
+    parent_char_end: int | None
+
+
+def chunk_details(
+    conn: psycopg.Connection, *, rows: Sequence[int], tenant_id: str, readers: Sequence[str]
+) -> dict[int, ChunkDetail]:
+    """Details of result chunks, re-checking visibility and ACL in SQL as a second guard.
+
+    The search already excluded anything the caller may not read; this WHERE clause makes a
+    bug there fail closed (the chunk is dropped) instead of leaking.
+    """
+    if not rows:
+        return {}
+    found = conn.execute(
+        "SELECT c.chunk_row, c.chunk_id, c.doc_id, d.external_id, d.title, c.text, c.char_start, c.char_end,"
+        " c.page_start, c.page_end, c.section_path, d.metadata, p.text, p.char_start, p.char_end"
+        " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+        " LEFT JOIN chunks p ON p.chunk_row = c.parent_row"
+        " WHERE c.chunk_row = ANY(%s) AND d.tenant_id = %s AND d.state = 'active'"
+        " AND c.version = d.current_version AND (d.acl_public OR d.acl_principals && %s::text[])",
+        (list(rows), tenant_id, list(readers)),
+    ).fetchall()
+    return {
+        r[0]: ChunkDetail(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            tuple(r[10]),
+            dict(r[11] or {}),
+            r[12],
+            r[13],
+            r[14],
+        )
+        for r in found
+    }

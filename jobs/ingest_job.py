@@ -1,0 +1,205 @@
+"""An ingestion job: pending items -> prepare -> embed -> commit, inline or on Ray Data.
+
+Both paths run the same stage functions (``ingest.pipeline``). Commits happen in the
+driver, one transaction per document with its job item, so progress is durable per item
+and a resumed job redoes only what is still pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from catalog import documents as docs_repo
+from catalog import jobs as jobs_repo
+from catalog.jobs import ItemRow
+from core.errors import ParseError
+from index.embedder import Embedder
+from ingest.pipeline import (
+    ChunkingConfig,
+    Embedded,
+    Failed,
+    ItemRef,
+    Outcome,
+    Prepared,
+    Unchanged,
+    commit,
+    embed,
+    prepare,
+)
+from jobs.sources import load_source
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    job_id: uuid.UUID
+    tenant_id: str
+    conninfo: str
+    model_name: str
+    chunking: ChunkingConfig
+    batch_documents: int = 8
+
+
+def prepare_item(
+    conn: psycopg.Connection, ctx: JobContext, item: ItemRow, count_tokens: Callable[[str], int]
+) -> Outcome:
+    ref = ItemRef(item.job_id, item.item_no)
+    try:
+        source = load_source(conn, tenant_id=ctx.tenant_id, item=item)
+    except ParseError as exc:
+        return Failed(ref, exc.code, exc.message)
+    doc = docs_repo.get_document(conn, tenant_id=ctx.tenant_id, external_id=item.external_id)
+    live = doc is not None and doc.state == "active" and doc.current_version is not None
+    current = (doc.doc_id, doc.current_version) if live and doc and doc.current_version else None
+    outcome = prepare(
+        ref,
+        source,
+        current_hash=doc.content_hash if doc else None,
+        current=current,
+        count_tokens=count_tokens,
+        config=ctx.chunking,
+    )
+    if isinstance(outcome, Unchanged) and doc is not None:
+        docs_repo.update_acl_if_changed(conn, doc=doc, acl=source.acl)
+        conn.commit()
+    return outcome
+
+
+def _embed_outcomes(outcomes: Sequence[Outcome], embedder: Embedder) -> list[Embedded | Unchanged | Failed]:
+    ready = [o for o in outcomes if isinstance(o, Prepared)]
+    embedded = iter(embed(ready, embedder)) if ready else iter(())
+    return [next(embedded) if isinstance(o, Prepared) else o for o in outcomes]
+
+
+class Cancelled(Exception):
+    pass
+
+
+def _commit_all(conn: psycopg.Connection, ctx: JobContext, results: Sequence[Any]) -> int:
+    chunks = 0
+    for result in results:
+        commit(conn, result, model=ctx.model_name)
+        if isinstance(result, Embedded):
+            chunks += len(result.vectors)
+    if jobs_repo.heartbeat(conn, job_id=ctx.job_id):
+        conn.commit()
+        raise Cancelled
+    conn.commit()
+    return chunks
+
+
+def run_inline(
+    conn: psycopg.Connection,
+    ctx: JobContext,
+    embedder: Embedder,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """The fast path for small pushes: every stage in this process."""
+    pending = jobs_repo.items(conn, job_id=ctx.job_id, state="pending")
+    for start in range(0, len(pending), ctx.batch_documents):
+        batch = pending[start : start + ctx.batch_documents]
+        outcomes = [prepare_item(conn, ctx, item, embedder.count_tokens) for item in batch]
+        chunks = _commit_all(conn, ctx, _embed_outcomes(outcomes, embedder))
+        if on_progress:
+            on_progress(len(batch), chunks)
+
+
+# --- Ray Data path -------------------------------------------------------------------------
+
+
+class _PrepareActor:
+    """Reads payloads and parses/chunks; counts tokens with the embedding model's tokenizer."""
+
+    def __init__(self, ctx: JobContext, model_path: str) -> None:
+        from transformers import AutoTokenizer
+
+        self.ctx = ctx
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.conn = psycopg.connect(ctx.conninfo, autocommit=True)
+
+    def _count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        by_no = {i.item_no: i for i in jobs_repo.items(self.conn, job_id=self.ctx.job_id, state="pending")}
+        blobs = []
+        for no in batch["item_no"]:
+            item = by_no.get(int(no))
+            if item is None:  # finished meanwhile (resume racing); nothing to do
+                blobs.append(pickle.dumps(None))
+                continue
+            blobs.append(pickle.dumps(prepare_item(self.conn, self.ctx, item, self._count)))
+        return {"item_no": batch["item_no"], "blob": blobs}
+
+
+class _EmbedActor:
+    def __init__(self, model_name: str, batch_size: int) -> None:
+        from index.embedder import SentenceTransformerEmbedder
+
+        self.embedder = SentenceTransformerEmbedder(model_name, batch_size=batch_size, threads=1)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        outcomes = [pickle.loads(b) for b in batch["blob"]]
+        present = [o for o in outcomes if o is not None]
+        done = iter(_embed_outcomes(present, self.embedder))
+        blobs = [pickle.dumps(next(done) if o is not None else None) for o in outcomes]
+        return {"item_no": batch["item_no"], "blob": blobs}
+
+
+def ray_results(
+    ctx: JobContext, item_nos: Sequence[int], *, embed_actors: int, embed_batch: int
+) -> Iterator[list[Any]]:
+    """Stream embedded outcomes back to the driver, one Ray Data batch at a time."""
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    from index.embedder import resolve_model_path
+
+    ctx_ref = ctx
+    ds: Any = ray.data.from_items(
+        [{"item_no": n} for n in item_nos], override_num_blocks=max(1, len(item_nos) // 8)
+    )
+    ds = ds.map_batches(
+        _PrepareActor,
+        fn_constructor_args=(ctx_ref, resolve_model_path(ctx.model_name)),
+        batch_size=ctx.batch_documents,
+        compute=ActorPoolStrategy(size=1),
+        num_cpus=0.25,
+    )
+    ds = ds.map_batches(
+        _EmbedActor,
+        fn_constructor_args=(ctx.model_name, embed_batch),
+        batch_size=ctx.batch_documents,
+        compute=ActorPoolStrategy(size=embed_actors),
+        num_cpus=0.75,
+    )
+    for batch in ds.iter_batches(batch_size=ctx.batch_documents, batch_format="numpy"):
+        yield [r for r in (pickle.loads(b) for b in batch["blob"]) if r is not None]
+
+
+def run_on_ray(
+    conn: psycopg.Connection,
+    ctx: JobContext,
+    *,
+    embed_actors: int,
+    embed_batch: int,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> None:
+    pending = [i.item_no for i in jobs_repo.items(conn, job_id=ctx.job_id, state="pending")]
+    if not pending:
+        return
+    started = time.monotonic()
+    for results in ray_results(ctx, pending, embed_actors=embed_actors, embed_batch=embed_batch):
+        chunks = _commit_all(conn, ctx, results)
+        if on_progress:
+            on_progress(len(results), chunks)
+    log.info("ray ingest of %d items took %.1fs", len(pending), time.monotonic() - started)

@@ -1,0 +1,139 @@
+"""Runs ingestion jobs in the background of a process (API server or CLI), one at a time.
+
+Small jobs take the in-process fast path (same stage functions) so a pushed document is
+searchable in seconds; larger ones go through Ray Data. The runner owns its own embedder
+instance so ingestion never holds the lock the query path embeds under. Jobs left running
+by a dead process are resumed at start-up (their lease expires after 60 s of silence).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from catalog import jobs as jobs_repo
+from index.embedder import Embedder
+from ingest.pipeline import ChunkingConfig
+from jobs.ingest_job import Cancelled, JobContext, run_inline, run_on_ray
+from jobs.ray_runtime import ensure_ray
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerConfig:
+    conninfo: str
+    model_name: str
+    chunking: ChunkingConfig
+    data_dir: Path
+    inline_max_documents: int = 8
+    use_ray: bool = True
+    ray_address: str | None = None
+    embed_actors: int = 2
+    embed_batch: int = 32
+    batch_documents: int = 8
+
+
+class IngestRunner:
+    def __init__(self, config: RunnerConfig, embedder_factory: Callable[[], Embedder]) -> None:
+        self.config = config
+        self._embedder_factory = embedder_factory
+        self._embedder: Embedder | None = None
+        self._queue: queue.Queue[uuid.UUID | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = self._embedder_factory()
+        return self._embedder
+
+    def start(self, *, resume: bool = True) -> None:
+        self._thread = threading.Thread(target=self._loop, name="ingest-runner", daemon=True)
+        self._thread.start()
+        if resume:
+            with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
+                for job_id in jobs_repo.unfinished_jobs(conn):
+                    self.submit(job_id)
+
+    def submit(self, job_id: uuid.UUID) -> None:
+        self._idle.clear()
+        self._queue.put(job_id)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every submitted job is done (tests, CLI)."""
+        return self._idle.wait(timeout)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while True:
+            job_id = self._queue.get()
+            if job_id is None:
+                return
+            try:
+                self.run_job(job_id)
+            except Exception:  # the runner must survive any one job
+                log.exception("job %s crashed", job_id)
+            finally:
+                if self._queue.empty():
+                    self._idle.set()
+
+    def run_job(self, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None = None) -> str | None:
+        """Run one job to its end; returns the final state (None if another worker holds it)."""
+        with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
+            if not jobs_repo.claim_job(conn, job_id=job_id, owner=self.owner):
+                return None
+            job = jobs_repo.get_job(conn, job_id=job_id)
+            if job is None:
+                return None
+            ctx = JobContext(
+                job_id,
+                job.tenant_id,
+                self.config.conninfo,
+                self.config.model_name,
+                self.config.chunking,
+                self.config.batch_documents,
+            )
+            error = None
+            try:
+                self._execute(conn, ctx, on_progress)
+            except Cancelled:
+                log.info("job %s cancelled", job_id)
+            except Exception as exc:  # recorded on the job; pending items stay resumable
+                log.exception("job %s failed", job_id)
+                error = f"{type(exc).__name__}: {exc}"[:500]
+            state = jobs_repo.finish_job(conn, job_id=job_id, error=error)
+            log.info("job %s finished: %s", job_id, state)
+            return state
+
+    def _execute(
+        self, conn: psycopg.Connection, ctx: JobContext, on_progress: Callable[[int, int], None] | None
+    ) -> None:
+        pending = len(jobs_repo.items(conn, job_id=ctx.job_id, state="pending"))
+        if not self.config.use_ray or pending <= self.config.inline_max_documents:
+            run_inline(conn, ctx, self.embedder, on_progress)
+            return
+        ensure_ray(address=self.config.ray_address, data_dir=self.config.data_dir)
+        run_on_ray(
+            conn,
+            ctx,
+            embed_actors=self.config.embed_actors,
+            embed_batch=self.config.embed_batch,
+            on_progress=on_progress,
+        )

@@ -1,0 +1,33 @@
+"""Loading a job item's bytes back as a ``SourceDocument``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+
+from catalog import jobs as jobs_repo
+from catalog.jobs import ItemRow
+from core.errors import ParseError
+from core.records import SourceDocument
+
+
+def load_source(conn: psycopg.Connection, *, tenant_id: str, item: ItemRow) -> SourceDocument:
+    """The item's document; a missing staged file is a per-item error, not a crash."""
+    if item.payload_path is not None:
+        path = Path(item.payload_path)
+        try:
+            content = path.read_bytes()
+        except OSError as exc:
+            raise ParseError(f"cannot read {path.name}: {exc.strerror}", code="source_unreadable") from exc
+    else:
+        content = jobs_repo.item_payload(conn, job_id=item.job_id, item_no=item.item_no) or b""
+    return SourceDocument(
+        tenant_id=tenant_id,
+        external_id=item.external_id,
+        mime_type=item.mime_type,
+        content=content,
+        title=item.title,
+        metadata=dict(item.metadata),
+        acl=item.acl,
+    )

@@ -1,0 +1,168 @@
+"""Permission-filtered hybrid retrieval over a ``ServingIndex``.
+
+Every search takes an ``AclFilter``: it is turned into per-position masks before any
+index is touched, and each strategy (exact, filtered traversal, over-fetch with check,
+BM25 with mask) returns only allowed positions, so a chunk the caller cannot read never
+enters a candidate list.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from authz.acl import AclFilter
+from core.records import Hit
+from index.faiss_shards import exact_search
+from retrieve.planner import SearchPlan, plan_search, search_shard
+from retrieve.serving import ServingIndex, ServingState
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    exact_max_allowed: int = 20_000
+    exact_max_fraction: float = 0.02
+    overfetch_min_fraction: float = 0.5
+    ef_search: int = 64
+    nprobe: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Masks:
+    shards: tuple[np.ndarray, ...]
+    delta: np.ndarray
+
+    @property
+    def allowed(self) -> int:
+        return int(sum(int(m.sum()) for m in self.shards) + int(self.delta.sum()))
+
+
+@dataclass(slots=True)
+class StageLog:
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    degraded: list[dict[str, str]] = field(default_factory=list)
+    plans: list[str] = field(default_factory=list)
+
+    def time(self, stage: str, started: float) -> None:
+        self.timings_ms[stage] = round((time.perf_counter() - started) * 1000, 3)
+
+    def degrade(self, stage: str, reason: str) -> None:
+        self.degraded.append({"stage": stage, "reason": reason})
+
+
+def build_masks(state: ServingState, snap: ServingIndex, acl: AclFilter) -> Masks:
+    """Per-position masks for every shard and the delta, under the view lock."""
+    view = state.view
+    with view.lock:
+        docs = view.allowed_documents(acl)
+        shards = tuple(
+            view.chunk_mask(docs, d, v) for d, v in zip(snap.shard_doc_idx, snap.shard_versions, strict=True)
+        )
+        delta = view.chunk_mask(docs, snap.delta_doc_idx, snap.delta.versions)
+    return Masks(shards, delta)
+
+
+def _merge(parts: list[list[Hit]], k: int) -> list[Hit]:
+    merged = [h for part in parts for h in part]
+    merged.sort(key=lambda h: (-h.score, h.chunk_id))
+    return merged[:k]
+
+
+class HybridSearcher:
+    """Dense and lexical candidate generation with per-shard fan-out and stage timeouts."""
+
+    def __init__(
+        self, state: ServingState, *, planner: PlannerConfig, pool: ThreadPoolExecutor, stage_timeout_s: float
+    ) -> None:
+        self.state = state
+        self.planner = planner
+        self.pool = pool
+        self.timeout = stage_timeout_s
+
+    def dense(
+        self, snap: ServingIndex, masks: Masks, query_vec: np.ndarray, k: int, log: StageLog
+    ) -> list[Hit]:
+        q = np.ascontiguousarray(query_vec.reshape(1, -1), dtype=np.float32)
+        futures: list[tuple[str, Future[list[Hit]]]] = []
+        for shard, mask in zip(snap.version.shards if snap.version else (), masks.shards, strict=True):
+            plan = self._plan(shard.dense.kind, int(mask.sum()), shard.dense.ntotal, k)
+            log.plans.append(f"shard{shard.shard}:{plan.strategy}:{plan.allowed_count}/{plan.total}")
+            futures.append(
+                (f"shard{shard.shard}", self.pool.submit(self._dense_shard, shard, q, k, mask, plan))
+            )
+        parts = self._gather("dense", futures, log)
+        parts.append(self._dense_delta(snap, masks.delta, q, k))
+        return _merge(parts, k)
+
+    def _plan(self, kind: str, n_allowed: int, n_total: int, k: int) -> SearchPlan:
+        p = self.planner
+        return plan_search(
+            n_allowed=n_allowed,
+            n_total=n_total,
+            k=k,
+            kind=kind,  # type: ignore[arg-type]
+            exact_max_allowed=p.exact_max_allowed,
+            exact_max_fraction=p.exact_max_fraction,
+            overfetch_min_fraction=p.overfetch_min_fraction,
+            base_ef_search=p.ef_search,
+            base_nprobe=p.nprobe,
+        )
+
+    @staticmethod
+    def _dense_shard(shard, q: np.ndarray, k: int, mask: np.ndarray, plan: SearchPlan) -> list[Hit]:
+        if plan.allowed_count == 0:
+            return []
+        allowed = None if plan.allowed_count == plan.total else mask
+        scores, pos = search_shard(shard.dense, q, k, allowed, plan)
+        rows = shard.row_ids
+        return [
+            Hit(int(rows[p]), float(s), "dense") for s, p in zip(scores[0], pos[0], strict=True) if p >= 0
+        ]
+
+    @staticmethod
+    def _dense_delta(snap: ServingIndex, mask: np.ndarray, q: np.ndarray, k: int) -> list[Hit]:
+        if not mask.any():
+            return []
+        scores, pos = exact_search(snap.delta.vectors, q, k, mask)
+        rows = snap.delta.rows
+        return [
+            Hit(int(rows[p]), float(s), "dense") for s, p in zip(scores[0], pos[0], strict=True) if p >= 0
+        ]
+
+    def lexical(self, snap: ServingIndex, masks: Masks, query: str, k: int, log: StageLog) -> list[Hit]:
+        futures: list[tuple[str, Future[list[Hit]]]] = []
+        for shard, mask in zip(snap.version.shards if snap.version else (), masks.shards, strict=True):
+            if mask.any():
+                futures.append(
+                    (
+                        f"shard{shard.shard}",
+                        self.pool.submit(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask),
+                    )
+                )
+        parts = self._gather("lexical", futures, log)
+        if snap.delta.lexical is not None and masks.delta.any():
+            parts.append(self._lexical_one(snap.delta.lexical, snap.delta.rows, query, k, masks.delta))
+        return _merge(parts, k)
+
+    @staticmethod
+    def _lexical_one(shard, rows: np.ndarray, query: str, k: int, mask: np.ndarray) -> list[Hit]:
+        scores, pos = shard.search(query, k, allowed=mask)
+        return [Hit(int(rows[p]), float(s), "lexical") for s, p in zip(scores, pos, strict=True)]
+
+    def _gather(
+        self, stage: str, futures: list[tuple[str, Future[list[Hit]]]], log: StageLog
+    ) -> list[list[Hit]]:
+        deadline = time.monotonic() + self.timeout
+        parts: list[list[Hit]] = []
+        for name, fut in futures:
+            try:
+                parts.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                log.degrade(stage, f"{name} timed out after {self.timeout:.1f}s")
+            except Exception as exc:  # one broken shard degrades the answer, never fails it
+                log.degrade(stage, f"{name} failed: {type(exc).__name__}")
+        return parts

@@ -1,0 +1,272 @@
+"""The retrieval service behind ``/v1/retrieve``: freshness check, masks, candidates,
+fusion, optional rerank, details (with a second ACL guard in SQL) and context packing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from authz.acl import AclFilter
+from catalog import changes as changes_repo
+from catalog.serving import ChunkDetail, chunk_details
+from core.errors import UnavailableError
+from retrieve.fusion import FusedHit, rrf, single_list
+from retrieve.hybrid import HybridSearcher, StageLog, build_masks
+from retrieve.packing import PackedContext, PackItem, pack_context
+from retrieve.query_embedding import QueryEmbedder
+from retrieve.serving import ServingState, alias_target
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["hybrid", "dense", "lexical"]
+
+
+class Scorer(Protocol):
+    def score(
+        self, query: str, passages: Sequence[str], *, timeout_s: float | None = None
+    ) -> list[float]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FusionConfig:
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    lexical_weight: float = 1.0
+    candidates: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RerankConfig:
+    candidates: int = 50
+    budget_ms: int = 1500
+    blend: Literal["rrf", "replace"] = "rrf"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieveRequest:
+    query: str
+    top_k: int = 8
+    mode: Mode = "hybrid"
+    rerank: bool | None = None
+    max_context_tokens: int = 1500
+    expand_parent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ResultItem:
+    detail: ChunkDetail
+    score: float
+    stage_scores: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieveResult:
+    results: list[ResultItem]
+    context: PackedContext
+    index_version: str
+    timings_ms: dict[str, float]
+    degraded: list[dict[str, str]]
+    plans: list[str] = field(default_factory=list)
+
+
+class SearchService:
+    def __init__(
+        self,
+        *,
+        pool: ConnectionPool,
+        state: ServingState,
+        searcher: HybridSearcher,
+        embedder: QueryEmbedder,
+        count_tokens: Callable[[str], int],
+        fusion: FusionConfig,
+        rerank: RerankConfig,
+        reranker: Scorer | None = None,
+        alias: str = "live",
+        poll_seconds: float = 2.0,
+    ) -> None:
+        self.pool, self.state, self.searcher, self.embedder = pool, state, searcher, embedder
+        self.count_tokens, self.fusion, self.rerank_cfg, self.reranker = (
+            count_tokens,
+            fusion,
+            rerank,
+            reranker,
+        )
+        self.alias, self.poll_seconds = alias, poll_seconds
+        self.last_swap_error: str | None = None
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def start(self, *, watch: bool = True) -> None:
+        with self.pool.connection() as conn:
+            target = alias_target(conn, self.alias)
+            try:
+                self.state.load(conn, target[1] if target else None)
+            except Exception as exc:  # a bad version must not stop the node: serve the delta
+                self.last_swap_error = f"{type(exc).__name__}: {exc}"
+                log.error("cannot load index version %s: %s", target, exc)
+                self.state.load(conn, None)
+        if watch:
+            self._watcher = threading.Thread(target=self._watch, name="index-watcher", daemon=True)
+            self._watcher.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._watcher:
+            self._watcher.join(timeout=5)
+
+    def readiness(self) -> str:
+        return "ok" if self.state.loaded else "loading"
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                with self.pool.connection() as conn:
+                    self.state.catch_up(conn)
+                    self.check_alias(conn)
+            except Exception:  # keep serving on the current snapshot; retry next tick
+                log.exception("index watcher tick failed")
+
+    def check_alias(self, conn: psycopg.Connection) -> str | None:
+        """Switch to the alias's version if it moved; returns the new version id."""
+        target = alias_target(conn, self.alias)
+        if target is None or target[0] == self.state.current.version_id:
+            return None
+        try:
+            self.last_swap_error = None
+            return self.state.swap_to(conn, target[1])
+        except Exception as exc:  # refused: the old version keeps serving
+            self.last_swap_error = f"{target[0]}: {type(exc).__name__}: {exc}"
+            log.error("refused index version %s: %s", target[0], exc)
+            return None
+
+    # --- the request path ----------------------------------------------------------------
+    def ensure_fresh(self) -> None:
+        """Catch up with every change committed before this request (fails closed)."""
+        try:
+            with self.pool.connection() as conn:
+                if changes_repo.current_position(conn) > self.state.view.position:
+                    self.state.catch_up(conn)
+        except Exception as exc:
+            raise UnavailableError("permission data is unavailable; refusing to search") from exc
+
+    def retrieve(self, req: RetrieveRequest, acl: AclFilter) -> RetrieveResult:
+        slog = StageLog()
+        t = time.perf_counter()
+        self.ensure_fresh()
+        snap = self.state.current
+        masks = build_masks(self.state, snap, acl)
+        slog.time("acl_filter", t)
+        fused = self._candidates(req, snap, masks, slog) if masks.allowed else []
+        use_rerank = self.reranker is not None and (req.rerank is None or req.rerank)
+        if req.rerank and self.reranker is None:
+            slog.degrade("rerank", "no reranker model is configured")
+        want = max(req.top_k, self.rerank_cfg.candidates if use_rerank else 0)
+        t = time.perf_counter()
+        with self.pool.connection() as conn:
+            details = chunk_details(
+                conn,
+                rows=[f.chunk_id for f in fused[: want * 2]],
+                tenant_id=acl.tenant_id,
+                readers=sorted(acl.readers),
+            )
+        ranked = [(f, details[f.chunk_id]) for f in fused[: want * 2] if f.chunk_id in details][:want]
+        slog.time("fetch", t)
+        if use_rerank and ranked:
+            ranked = self._rerank(req.query, ranked, slog)
+        items = [ResultItem(d, f.score, dict(f.stage_scores)) for f, d in ranked[: req.top_k]]
+        t = time.perf_counter()
+        context = self._pack(items, req)
+        slog.time("packing", t)
+        return RetrieveResult(items, context, snap.version_id, slog.timings_ms, slog.degraded, slog.plans)
+
+    def _candidates(self, req: RetrieveRequest, snap, masks, slog: StageLog) -> list[FusedHit]:
+        n = max(self.fusion.candidates, req.top_k)
+        lists, weights = [], []
+        if req.mode in ("hybrid", "dense"):
+            t = time.perf_counter()
+            try:
+                vec = self.embedder.embed(req.query, timeout=self.searcher.timeout)
+                slog.time("embed", t)
+                t = time.perf_counter()
+                lists.append(self.searcher.dense(snap, masks, vec, n, slog))
+                weights.append(self.fusion.dense_weight)
+                slog.time("dense", t)
+            except Exception as exc:  # the lexical list can still answer
+                slog.degrade("dense", f"{type(exc).__name__}")
+        if req.mode in ("hybrid", "lexical"):
+            t = time.perf_counter()
+            lists.append(self.searcher.lexical(snap, masks, req.query, n, slog))
+            weights.append(self.fusion.lexical_weight)
+            slog.time("lexical", t)
+        t = time.perf_counter()
+        if len(lists) == 1:
+            fused = single_list(lists[0])
+        else:
+            fused = rrf(lists, k=self.fusion.rrf_k, weights=weights)
+        slog.time("fusion", t)
+        return fused
+
+    def _rerank(
+        self, query: str, ranked: list[tuple[FusedHit, ChunkDetail]], slog: StageLog
+    ) -> list[tuple[FusedHit, ChunkDetail]]:
+        assert self.reranker is not None  # checked by the caller
+        t = time.perf_counter()
+        try:
+            scores = self.reranker.score(
+                query, [d.text for _, d in ranked], timeout_s=self.rerank_cfg.budget_ms / 1000.0
+            )
+        except Exception as exc:  # over budget or broken: keep the fused order
+            slog.degrade("rerank", f"{type(exc).__name__}: kept the fused order")
+            slog.time("rerank", t)
+            return ranked
+        order = sorted(range(len(ranked)), key=lambda i: -scores[i])
+        rerank_rank = {i: r for r, i in enumerate(order, start=1)}
+        out = []
+        for i, (f, d) in enumerate(ranked):
+            stage = {**f.stage_scores, "rerank": float(scores[i])}
+            blended = 1.0 / (60 + i + 1) + 1.0 / (60 + rerank_rank[i])
+            score = blended if self.rerank_cfg.blend == "rrf" else float(scores[i])
+            out.append((FusedHit(f.chunk_id, score, stage, f.stage_ranks), d))
+        out.sort(key=lambda pair: -pair[0].score)
+        slog.time("rerank", t)
+        return out
+
+    def _pack(self, items: list[ResultItem], req: RetrieveRequest) -> PackedContext:
+        pack_items = [
+            PackItem(
+                result_index=i,
+                document_key=str(it.detail.doc_id),
+                text=it.detail.text,
+                char_start=it.detail.char_start,
+                char_end=it.detail.char_start + len(it.detail.text),
+                parent_text=it.detail.parent_text if _parent_ok(it.detail) else None,
+                parent_char_start=it.detail.parent_char_start if _parent_ok(it.detail) else None,
+                parent_char_end=(it.detail.parent_char_start or 0) + len(it.detail.parent_text or "")
+                if _parent_ok(it.detail)
+                else None,
+            )
+            for i, it in enumerate(items)
+            if it.detail.text
+        ]
+        return pack_context(
+            pack_items,
+            count_tokens=self.count_tokens,
+            budget=req.max_context_tokens,
+            expand_parent=req.expand_parent,
+        )
+
+
+def _parent_ok(d: ChunkDetail) -> bool:
+    """Parent expansion needs a parent span that contains the chunk."""
+    if d.parent_text is None or d.parent_char_start is None:
+        return False
+    end = d.parent_char_start + len(d.parent_text)
+    return d.parent_char_start <= d.char_start and d.char_start + len(d.text) <= end

