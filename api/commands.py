@@ -13,6 +13,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int)
     serve.set_defaults(handler=_serve)
+    run = sub.add_parser("run", help="local PostgreSQL + Ray, ingest the sample corpus, serve (make run)")
+    run.set_defaults(handler=lambda args: _run())
+
+
+def _run() -> int:
+    from api.demo import run
+
+    return run(get_settings())
 
 
 def _serve(args: argparse.Namespace) -> int:

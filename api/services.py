@@ -29,11 +29,13 @@ def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = No
     )
     runner = IngestRunner(
         config,
-        lambda: embedder
-        or load_embedder(
-            settings.embedding_model,
-            device=settings.embedding_device,
-            batch_size=settings.ingest.embed_batch_size,
+        lambda: (
+            embedder
+            or load_embedder(
+                settings.embedding_model,
+                device=settings.embedding_device,
+                batch_size=settings.ingest.embed_batch_size,
+            )
         ),
     )
     runner.start(resume=True)

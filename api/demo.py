@@ -1,0 +1,126 @@
+"""``ragline run``: the whole platform on one machine, as ``make run`` starts it.
+
+Starts (or reuses) the local PostgreSQL, applies migrations, creates development keys,
+ingests the sample corpus through the Ray pipeline, builds an index version and points
+``live`` at it, then serves the API and prints a ready-to-paste curl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from core.settings import Settings
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "corpus"
+TENANT = "demo"
+
+
+def _dev_keys(url: str, settings: Settings) -> dict[str, str]:
+    """Reuse the keys of an earlier run when they still work, else create them."""
+    import psycopg
+
+    from authz.api_keys import create_key, hash_token, parse_token
+    from catalog import principals as repo
+
+    path = settings.data_dir / "dev-keys.json"
+    with psycopg.connect(url) as conn:
+        if path.exists():
+            keys = json.loads(path.read_text())
+            rows = [repo.get_key(conn, key_id=parse_token(t) or "") for t in keys.values()]
+            if all(
+                r and r.revoked_at is None and r.key_hash == hash_token(t)
+                for r, t in zip(rows, keys.values(), strict=True)
+            ):
+                return dict(keys)
+        keys = {
+            "query": create_key(
+                conn, tenant_id=TENANT, roles=["query"], principal_id="user:demo", name="dev query key"
+            ).token,
+            "ingest": create_key(conn, tenant_id=TENANT, roles=["ingest"], name="dev ingest key").token,
+            "admin": create_key(conn, tenant_id=TENANT, roles=["admin"], name="dev admin key").token,
+        }
+        repo.replace_groups(conn, tenant_id=TENANT, principal_id="user:demo", groups=["group:eng"])
+    path.write_text(json.dumps(keys, indent=2))
+    path.chmod(0o600)
+    return keys
+
+
+def _ingest_samples(settings: Settings) -> None:
+    from jobs.commands import ingest_paths
+
+    acl_map = SAMPLES / "acl.json"
+    args = argparse.Namespace(
+        paths=[SAMPLES],
+        tenant=TENANT,
+        acl="",
+        public=True,
+        metadata=[],
+        acl_map=acl_map if acl_map.exists() else None,
+        no_ray=False,
+    )
+    job_id, state = ingest_paths(
+        args,
+        settings.model_copy(
+            update={"ingest": settings.ingest.model_copy(update={"inline_max_documents": 0})}
+        ),
+    )
+    print(f"sample corpus: job {job_id} {state}", file=sys.stderr)
+
+
+def _build_index(url: str, settings: Settings) -> None:
+    import psycopg
+
+    from catalog import indexes
+    from index.commands import rebuild_config
+    from jobs.rebuild_job import rebuild, rebuild_advice
+
+    with psycopg.connect(url) as conn:
+        advice = rebuild_advice(
+            conn, alias="live", model=settings.embedding_model, tombstone_ratio=0.0001, delta_chunks=1
+        )
+        if not advice.needed:
+            return
+        version = rebuild(url, rebuild_config(settings))
+        with conn.transaction():
+            indexes.swap_alias(conn, alias="live", version_id=version)
+    print(f"index version {version} is live", file=sys.stderr)
+
+
+def run(settings: Settings) -> int:
+    import uvicorn
+
+    from catalog.connect import database_url
+    from catalog.db import apply_migrations
+
+    url = database_url(settings)
+    apply_migrations(url)
+    print(f"PostgreSQL: {url}", file=sys.stderr)
+    keys = _dev_keys(url, settings)
+    if SAMPLES.exists():
+        _ingest_samples(settings)
+        _build_index(url, settings)
+        import ray
+
+        ray.shutdown()  # the server needs no Ray; give its memory back
+    host, port = settings.api.host, settings.api.port
+    print(
+        f"""
+ragline is serving on http://{host}:{port}  (dev keys in {settings.data_dir / "dev-keys.json"})
+  query key  (user:demo, group:eng): {keys["query"]}
+  ingest key: {keys["ingest"]}
+  admin key:  {keys["admin"]}
+
+Try:
+  curl -s http://{host}:{port}/v1/retrieve -H 'Authorization: Bearer {keys["query"]}' \\
+       -H 'Content-Type: application/json' \\
+       -d '{{"query": "how do I rotate signing keys?", "top_k": 5, "max_context_tokens": 400}}'
+""",
+        file=sys.stderr,
+    )
+    os.environ["RAGLINE_DATABASE_URL"] = url
+    uvicorn.run("api.main:build", factory=True, host=host, port=port, log_level="warning")
+    return 0

@@ -1,0 +1,215 @@
+"""``ragline index list|show|rebuild|swap|gc|capacity|verify``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from core.settings import Settings, get_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    index = sub.add_parser("index", help="index versions, rebuilds, aliases")
+    isub = index.add_subparsers(dest="index_action", required=True)
+    isub.add_parser("list", help="versions and aliases").set_defaults(handler=_list)
+    show = isub.add_parser("show", help="a version's manifest")
+    show.add_argument("version")
+    show.set_defaults(handler=_show)
+    rebuild = isub.add_parser("rebuild", help="build a new version from the catalog (no re-embedding)")
+    rebuild.add_argument("--if-needed", action="store_true", help="only when thresholds are passed")
+    rebuild.add_argument("--swap", metavar="ALIAS", help="point ALIAS at the new version when built")
+    rebuild.add_argument("--shards", type=int)
+    rebuild.set_defaults(handler=_rebuild)
+    swap = isub.add_parser("swap", help="point an alias at a version (rollback = swap back)")
+    swap.add_argument("--alias", default="live")
+    swap.add_argument("--version", required=True)
+    swap.set_defaults(handler=_swap)
+    gc = isub.add_parser("gc", help="delete versions no alias uses, after the grace period")
+    gc.add_argument("--grace-seconds", type=int)
+    gc.set_defaults(handler=_gc)
+    cap = isub.add_parser("capacity", help="memory and disk for the current corpus, per index kind")
+    cap.set_defaults(handler=_capacity)
+    verify = isub.add_parser("verify", help="check files and reconcile counts with the catalog")
+    verify.add_argument("--alias", default="live")
+    verify.set_defaults(handler=_verify)
+
+
+def _conn(settings: Settings):  # type: ignore[no-untyped-def]
+    import psycopg
+
+    from catalog.connect import database_url
+    from catalog.db import apply_migrations
+
+    url = database_url(settings)
+    apply_migrations(url)
+    return psycopg.connect(url), url
+
+
+def _list(args: argparse.Namespace) -> int:
+    from catalog import indexes
+
+    conn, _ = _conn(get_settings())
+    with conn:
+        aliases = indexes.aliases(conn)
+        for v in indexes.list_versions(conn):
+            names = ",".join(a for a, t in aliases.items() if t == v.version_id)
+            print(f"{v.version_id}\t{v.state}\t{v.chunk_count} chunks\tpos {v.catalog_position}\t{names}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from catalog import indexes
+
+    conn, _ = _conn(get_settings())
+    with conn:
+        row = indexes.get_version(conn, version_id=args.version)
+    if row is None:
+        print(f"no version {args.version}")
+        return 1
+    print(Path(row.path, "manifest.json").read_text() if Path(row.path, "manifest.json").exists() else row)
+    return 0
+
+
+def rebuild_config(settings: Settings, shards: int | None = None):  # type: ignore[no-untyped-def]
+    from index.faiss_shards import DenseParams
+    from jobs.rebuild_job import RebuildConfig
+
+    ix = settings.index
+    dense = DenseParams(
+        kind="hnsw",
+        hnsw_m=ix.hnsw_m,
+        ef_construction=ix.hnsw_ef_construction,
+        ef_search=ix.hnsw_ef_search,
+        nlist=ix.ivf_nlist,
+        nprobe=ix.ivf_nprobe,
+        pq_m=ix.pq_m,
+        pq_nbits=ix.pq_nbits,
+    )
+    flat_max, ivf_min = ix.flat_max_vectors, ix.ivfpq_min_vectors
+    if ix.kind != "auto":  # a forced kind: every shard gets it
+        flat_max, ivf_min = (
+            (10**12, 10**12) if ix.kind == "flat" else (0, 0 if ix.kind == "ivfpq" else 10**12)
+        )
+    return RebuildConfig(
+        index_root=settings.index_dir,
+        model_name=settings.embedding_model,
+        n_shards=shards or ix.shards,
+        shard_by=ix.shard_by,
+        dense=dense,
+        flat_max_vectors=flat_max,
+        ivfpq_min_vectors=ivf_min,
+    )
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    from catalog import indexes
+    from jobs.rebuild_job import rebuild, rebuild_advice, rebuild_on_ray
+
+    settings = get_settings()
+    conn, url = _conn(settings)
+    with conn:
+        if args.if_needed:
+            advice = rebuild_advice(
+                conn,
+                alias=args.swap or "live",
+                model=settings.embedding_model,
+                tombstone_ratio=settings.index.rebuild_tombstone_ratio,
+                delta_chunks=settings.index.rebuild_delta_chunks,
+            )
+            if not advice.needed:
+                print("no rebuild needed")
+                return 0
+            print("rebuilding: " + "; ".join(advice.reasons))
+        config = rebuild_config(settings, args.shards)
+        if settings.ray_address:
+            from jobs.ray_runtime import ensure_ray
+
+            ensure_ray(address=settings.ray_address, data_dir=settings.data_dir)
+            version = rebuild_on_ray(url, config)
+        else:
+            version = rebuild(url, config)
+        print(f"built {version}")
+        if args.swap:
+            with conn.transaction():
+                previous = indexes.swap_alias(conn, alias=args.swap, version_id=version)
+            print(f"{args.swap}: {previous} -> {version}")
+    return 0
+
+
+def _swap(args: argparse.Namespace) -> int:
+    from catalog import audit, indexes
+    from index.manifest import verify_version
+
+    conn, _ = _conn(get_settings())
+    with conn:
+        row = indexes.get_version(conn, version_id=args.version)
+        if row is not None:
+            verify_version(Path(row.path))  # refuse a corrupt version before any node tries it
+        with conn.transaction():
+            previous = indexes.swap_alias(conn, alias=args.alias, version_id=args.version)
+            audit.record(
+                conn,
+                actor="cli",
+                action="index.swap",
+                target=args.alias,
+                details={"from": previous, "to": args.version},
+            )
+    print(f"{args.alias}: {previous} -> {args.version}")
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from catalog import indexes
+
+    settings = get_settings()
+    grace = args.grace_seconds if args.grace_seconds is not None else settings.index.gc_grace_seconds
+    conn, _ = _conn(settings)
+    with conn:
+        for v in indexes.gc_candidates(conn, grace_seconds=grace):
+            shutil.rmtree(v.path, ignore_errors=True)
+            with conn.transaction():
+                indexes.retire(conn, version_id=v.version_id)
+            print(f"deleted {v.version_id}")
+    return 0
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from index.capacity import estimate_capacity, format_report
+    from index.faiss_shards import choose_kind
+
+    settings = get_settings()
+    conn, _ = _conn(settings)
+    with conn:
+        row = conn.execute(
+            "SELECT count(*), max(dim) FROM chunk_embeddings WHERE model = %s", (settings.embedding_model,)
+        ).fetchone()
+    n, dim = (int(row[0]), int(row[1] or 384)) if row else (0, 384)
+    ix = settings.index
+    per_shard = max(1, n // ix.shards)
+    kind = (
+        ix.kind
+        if ix.kind != "auto"
+        else choose_kind(per_shard, flat_max=ix.flat_max_vectors, ivfpq_min=ix.ivfpq_min_vectors)
+    )
+    report = estimate_capacity(
+        n, dim, kind=kind, hnsw_m=ix.hnsw_m, pq_m=ix.pq_m, pq_nbits=ix.pq_nbits, nlist=ix.ivf_nlist
+    )
+    print(format_report(report))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from catalog import indexes
+    from jobs.index_verify import reconcile
+
+    conn, _ = _conn(get_settings())
+    with conn:
+        target = indexes.resolve_alias(conn, alias=args.alias)
+        if target is None:
+            print(f"alias {args.alias} points at no version")
+            return 1
+        report = reconcile(conn, target)
+    print(json.dumps(report.as_json(), indent=2))
+    return 0 if report.ok else 1

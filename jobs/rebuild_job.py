@@ -1,0 +1,196 @@
+"""Rebuild: a new index version from the catalog's live chunks and stored embeddings.
+
+Never re-embeds: vectors come from ``chunk_embeddings`` for the serving model. The snapshot
+is read in one REPEATABLE READ transaction and stamped with its catalog position, so a
+serving node loading the version knows exactly which later changes belong in its delta.
+Runs in-process, or as a Ray task on the cluster when one is configured (the index root
+must then be a volume both see).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psycopg
+
+from catalog import changes as changes_repo
+from catalog import indexes as indexes_repo
+from index.builder import auto_params, build_version
+from index.faiss_shards import DenseParams
+from index.manifest import read_manifest
+from index.tokenize import Tokenizer
+from retrieve.delta import lexical_text
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    position: int
+    rows: np.ndarray
+    doc_ids: np.ndarray
+    tenant_ids: list[str]
+    texts: list[str]
+    vectors: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildConfig:
+    index_root: Path
+    model_name: str
+    n_shards: int = 2
+    shard_by: str = "document"
+    dense: DenseParams = DenseParams()
+    flat_max_vectors: int = 20_000
+    ivfpq_min_vectors: int = 2_000_000
+
+
+def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:
+    """Every visible leaf chunk with its vector, consistent with one catalog position."""
+    conn.commit()
+    rows, docs, tenants, texts, vecs = [], [], [], [], []
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        position = changes_repo.current_position(conn)
+        with conn.cursor(name="rebuild_snapshot") as cur:
+            cur.itersize = 5000
+            cur.execute(
+                "SELECT c.chunk_row, c.doc_id, d.tenant_id, c.text, c.section_path, e.vector FROM chunks c"
+                " JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
+                " AND d.state = 'active'"
+                " JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row AND e.model = %s"
+                " WHERE c.level = 0 ORDER BY c.chunk_row",
+                (model,),
+            )
+            for row in cur:
+                rows.append(row[0])
+                docs.append(row[1])
+                tenants.append(row[2])
+                texts.append(lexical_text(row[3], row[4]))
+                vecs.append(np.frombuffer(row[5], dtype="<f4"))
+    vectors = np.stack(vecs).astype(np.float32) if vecs else np.zeros((0, 0), np.float32)
+    return Snapshot(position, np.array(rows, np.int64), np.array(docs, np.int64), tenants, texts, vectors)
+
+
+def new_version_id() -> str:
+    return time.strftime("v%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
+
+
+def rebuild(conninfo: str, config: RebuildConfig, *, version_id: str | None = None) -> str:
+    """Build and register a new ready version; returns its id (the alias is not moved)."""
+    version_id = version_id or new_version_id()
+    with psycopg.connect(conninfo) as conn:
+        snap = snapshot(conn, model=config.model_name)
+        if len(snap.rows) == 0:
+            raise ValueError("nothing to index: no live chunks with embeddings for this model")
+        dim = int(snap.vectors.shape[1])
+        path = config.index_root / version_id
+        params = {
+            "n_shards": config.n_shards,
+            "shard_by": config.shard_by,
+            "dense": _params_dict(config.dense),
+        }
+        with conn.transaction():
+            indexes_repo.create_version(
+                conn,
+                version_id=version_id,
+                path=str(path.resolve()),
+                model=config.model_name,
+                dim=dim,
+                n_shards=config.n_shards,
+                params=params,
+            )
+        started = time.monotonic()
+        try:
+            build_version(
+                config.index_root,
+                version_id,
+                row_ids=snap.rows,
+                doc_ids=snap.doc_ids,
+                tenant_ids=snap.tenant_ids,
+                texts=snap.texts,
+                vectors=snap.vectors,
+                n_shards=config.n_shards,
+                shard_by=config.shard_by,  # type: ignore[arg-type]
+                dense_params_for=auto_params(
+                    config.dense, flat_max=config.flat_max_vectors, ivfpq_min=config.ivfpq_min_vectors
+                ),
+                tokenizer=Tokenizer(),
+                model_name=config.model_name,
+                catalog_position=snap.position,
+            )
+        except Exception as exc:
+            with conn.transaction():
+                indexes_repo.mark_failed(conn, version_id=version_id, error=f"{type(exc).__name__}: {exc}")
+            raise
+        with conn.transaction():
+            indexes_repo.mark_ready(
+                conn, version_id=version_id, chunk_count=len(snap.rows), catalog_position=snap.position
+            )
+        log.info(
+            "built index version %s: %d chunks in %.1fs",
+            version_id,
+            len(snap.rows),
+            time.monotonic() - started,
+        )
+    return version_id
+
+
+def _params_dict(p: DenseParams) -> dict[str, object]:
+    return {f: getattr(p, f) for f in p.__dataclass_fields__}
+
+
+def rebuild_on_ray(conninfo: str, config: RebuildConfig, *, version_id: str | None = None) -> str:
+    """The same rebuild as a Ray task (one CPU), so it can run on a cluster node."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(rebuild)
+    return str(ray.get(task.remote(conninfo, config, version_id=version_id)))
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildAdvice:
+    needed: bool
+    reasons: tuple[str, ...]
+    tombstone_ratio: dict[int, float]
+    delta_chunks: int
+
+
+def rebuild_advice(
+    conn: psycopg.Connection, *, alias: str, tombstone_ratio: float, delta_chunks: int, model: str
+) -> RebuildAdvice:
+    """Whether the alias's version has too many hidden vectors per shard or too big a delta."""
+    target = indexes_repo.resolve_alias(conn, alias=alias)
+    if target is None:
+        n = conn.execute("SELECT count(*) FROM chunk_embeddings WHERE model = %s", (model,)).fetchone()
+        count = int(n[0]) if n else 0
+        return RebuildAdvice(count > 0, ("no index version yet",) if count else (), {}, count)
+    manifest = read_manifest(Path(target.path))
+    ratios: dict[int, float] = {}
+    reasons = []
+    for number, entry in enumerate(manifest.shards):
+        rows = np.load(Path(target.path) / entry.path / "row_ids.npy")
+        dead = conn.execute(
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+            " WHERE c.chunk_row = ANY(%s)"
+            " AND (d.state <> 'active' OR d.current_version <> c.version)",
+            (rows.tolist(),),
+        ).fetchone()
+        ratios[number] = (int(dead[0]) if dead else 0) / max(1, len(rows))
+        if ratios[number] >= tombstone_ratio:
+            reasons.append(f"shard {number} tombstone ratio {ratios[number]:.2f} >= {tombstone_ratio}")
+    fresh = conn.execute(
+        "SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+        " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0 AND c.doc_id IN"
+        " (SELECT doc_id FROM catalog_changes WHERE seq > %s AND kind = 'version')",
+        (target.catalog_position,),
+    ).fetchone()
+    delta = int(fresh[0]) if fresh else 0
+    if delta >= delta_chunks:
+        reasons.append(f"delta holds {delta} chunks >= {delta_chunks}")
+    return RebuildAdvice(bool(reasons), tuple(reasons), ratios, delta)
