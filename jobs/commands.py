@@ -211,7 +211,7 @@ def _jobs_resume(args: argparse.Namespace) -> int:
     """Finish a job whose process died: only items still pending are redone."""
     settings = get_settings()
     runner = make_runner(settings, _url(settings))
-    state = runner.run_job(args.job_id, on_progress=Progress(0))
+    state = runner.run_job(args.job_id, on_progress=Progress(0), force=True)
     sys.stderr.write("\n")
     print(state or "not resumable (finished, or held by a live worker)")
     return 0 if state else 1

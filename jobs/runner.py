@@ -94,10 +94,12 @@ class IngestRunner:
                 if self._queue.empty():
                     self._idle.set()
 
-    def run_job(self, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None = None) -> str | None:
+    def run_job(
+        self, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None = None, *, force: bool = False
+    ) -> str | None:
         """Run one job to its end; returns the final state (None if another worker holds it)."""
         with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
-            if not jobs_repo.claim_job(conn, job_id=job_id, owner=self.owner):
+            if not jobs_repo.claim_job(conn, job_id=job_id, owner=self.owner, force=force):
                 return None
             job = jobs_repo.get_job(conn, job_id=job_id)
             if job is None:

@@ -81,3 +81,15 @@ def embedder():  # type: ignore[no-untyped-def]
     from index.embedder import load_embedder
 
     return load_embedder("bundled:all-MiniLM-L6-v2", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One local Ray for the whole session (ray.init costs ~5 s and ~0.6 GiB)."""
+    import ray
+
+    from jobs.ray_runtime import ensure_ray
+
+    ensure_ray(address=None, data_dir=tmp_path_factory.mktemp("ray-data"), num_cpus=2)
+    yield
+    ray.shutdown()
