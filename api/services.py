@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi import FastAPI
+from psycopg_pool import ConnectionPool
 
 from core.settings import Settings
 from index.embedder import Embedder
-from retrieve.service import Scorer
+from retrieve.service import Scorer, SearchService
 
 
 def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
@@ -44,20 +45,34 @@ def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = No
 
 
 def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
-    """The search service: query embedder, serving state, searcher, optional reranker."""
+    """The search service on ``app.state.search``."""
+    service, close = build_search_service(settings, app.state.pool, embedder)
+    app.state.search = service
+    return close
+
+
+def build_search_service(
+    settings: Settings,
+    pool: ConnectionPool,
+    embedder: Embedder | None = None,
+    *,
+    alias: str = "live",
+    watch: bool = True,
+) -> tuple[SearchService, Callable[[], None]]:
+    """Query embedder, serving state, searcher and optional reranker, started."""
     from concurrent.futures import ThreadPoolExecutor
 
     from index.embedder import load_embedder
     from index.tokenize import Tokenizer
     from retrieve.hybrid import HybridSearcher, PlannerConfig
     from retrieve.query_embedding import QueryEmbedder
-    from retrieve.service import FusionConfig, RerankConfig, SearchService
+    from retrieve.service import FusionConfig, RerankConfig
     from retrieve.serving import ServingState
 
     embedder = embedder or load_embedder(settings.embedding_model, device=settings.embedding_device)
     r, ix = settings.retrieve, settings.index
     state = ServingState(model_name=settings.embedding_model, dim=embedder.dim, tokenizer=Tokenizer())
-    executor = ThreadPoolExecutor(max_workers=max(2, settings.index.shards), thread_name_prefix="shard")
+    executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
     planner = PlannerConfig(
         r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
     )
@@ -67,18 +82,18 @@ def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = No
     reranker, closers = _reranker(settings)
     query_embedder = QueryEmbedder(embedder)
     service = SearchService(
-        pool=app.state.pool,
+        pool=pool,
         state=state,
         searcher=searcher,
         embedder=query_embedder,
         count_tokens=embedder.count_tokens,
         fusion=FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
-        rerank=RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms),
+        rerank=RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
         reranker=reranker,
+        alias=alias,
         poll_seconds=ix.poll_seconds,
     )
-    service.start()
-    app.state.search = service
+    service.start(watch=watch)
 
     def close() -> None:
         service.close()
@@ -87,7 +102,7 @@ def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = No
             c()
         executor.shutdown(wait=False)
 
-    return close
+    return service, close
 
 
 def _reranker(settings: Settings) -> tuple[Scorer | None, list[Callable[[], None]]]:

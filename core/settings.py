@@ -52,7 +52,7 @@ class IndexSettings(BaseModel):
     ivfpq_min_vectors: int = Field(2_000_000, ge=1)
     hnsw_m: int = Field(32, ge=4, le=256)
     hnsw_ef_construction: int = Field(80, ge=8)
-    hnsw_ef_search: int = Field(64, ge=8)
+    hnsw_ef_search: int = Field(128, ge=8)
     ivf_nlist: int = Field(0, ge=0)
     ivf_nprobe: int = Field(16, ge=1)
     pq_m: int = Field(48, ge=1)
@@ -82,6 +82,7 @@ class RerankSettings(BaseModel):
     budget_ms: int = Field(1500, ge=1)
     max_batch_tokens: int = Field(8192, ge=64)
     max_wait_ms: float = Field(3.0, ge=0.0)
+    blend: Literal["rrf", "replace"] = "rrf"
 
 
 class Settings(BaseSettings):

@@ -240,6 +240,8 @@ class SearchService:
         return out
 
     def _pack(self, items: list[ResultItem], req: RetrieveRequest) -> PackedContext:
+        if req.max_context_tokens <= 0:  # callers that only rank (the evaluation harness)
+            return PackedContext("", 0, (), False, ())
         pack_items = [
             PackItem(
                 result_index=i,

@@ -1,0 +1,416 @@
+"""Retrieval latency under open-loop load, through the real HTTP server.
+
+Run: ``python -m bench.retrieve --chunks 100000 --rates 5,10,20 --duration 20``.
+
+Goal (from the issue): p95 <= 50 ms at 20 requests/s on 2 CPU cores, hybrid without rerank,
+over >= 100k chunks. Steps:
+
+1. A throwaway PostgreSQL (or ``RAGLINE_DATABASE_URL``, which must hold no documents).
+2. ``--chunks`` synthetic chunks written straight into the catalog with COPY: documents
+   (70% public, the rest split over four groups), versions, chunks and 384-d clustered
+   random unit vectors. Embedding 100k chunks with the model would take an hour on 2 cores
+   and measures ingestion, not retrieval.
+3. An index version built from them (``index.builder.build_version``), marked ready and
+   made the ``live`` alias, exactly what a rebuild publishes.
+4. ``ragline serve`` as a subprocess; a query key for a user in one group.
+5. bench.load at each rate; p95 ratios are against the lowest rate.
+
+Query texts are drawn from the synthetic vocabulary (a cluster's topic words), so BM25 has
+real postings to score; the query is embedded by the real model, so the dense stage pays
+the real embedding cost (its neighbours are meaningless, its cost is not). The load
+generator shares the machine with the server: on 2 cores its CPU counts against the goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from bench.load import LoadConfig, RequestSpec, print_results, run_rates
+from catalog import indexes as indexes_repo
+from catalog.changes import current_position
+from catalog.db import apply_migrations
+from core.settings import DEFAULT_EMBEDDING_MODEL, Settings
+from index.builder import auto_params, build_version
+from index.faiss_shards import DenseParams
+from index.tokenize import Tokenizer
+from retrieve.delta import lexical_text
+
+TENANT = "bench"
+PRINCIPAL = "user:bench"
+GROUPS = ("group:eng", "group:sales", "group:hr", "group:legal")
+DIM = 384
+WORDS_PER_CHUNK = 48
+READY_TIMEOUT_S = 900.0  # the server maps every chunk row to its document at start-up
+
+
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """Synthetic chunks: texts and vectors share a topic per chunk, so both stages have structure."""
+
+    texts: list[str]
+    vectors: np.ndarray  # (n, DIM) float32, L2-normalised
+    topics: np.ndarray  # (n,) topic of each chunk
+    topic_words: list[list[str]]
+
+
+def _vocabulary(size: int, rng: np.random.Generator) -> list[str]:
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in ("a", "e", "i", "o", "u", "ar", "en", "ol")]
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(syllables, size=int(rng.integers(2, 4)))))
+    return sorted(words)
+
+
+def synthetic_corpus(n: int, *, topics: int = 500, vocab: int = 20_000, seed: int = 0) -> Corpus:
+    """``n`` chunks: ~40% topic words, the rest Zipf-distributed background vocabulary."""
+    rng = np.random.default_rng(seed)
+    words = np.array(_vocabulary(vocab, rng))
+    topic_words = [list(rng.choice(words, size=25, replace=False)) for _ in range(topics)]
+    background = 1.0 / np.arange(1, vocab + 1) ** 1.05
+    background /= background.sum()
+    topic_of = rng.integers(0, topics, size=n)
+    n_topic = WORDS_PER_CHUNK * 2 // 5
+    # One vectorised draw each: per-chunk rng.choice with p= costs minutes at 100k chunks.
+    topical = np.array(topic_words)[topic_of[:, None], rng.integers(0, 25, size=(n, n_topic))]
+    common = rng.choice(words, size=(n, WORDS_PER_CHUNK - n_topic), p=background)
+    mixed = rng.permuted(np.concatenate([topical, common], axis=1), axis=1)
+    texts = [" ".join(row) for row in mixed.tolist()]
+    centres = rng.standard_normal((topics, DIM), dtype=np.float32)
+    vectors = centres[topic_of] + 0.8 * rng.standard_normal((n, DIM), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return Corpus(texts, vectors, topic_of, topic_words)
+
+
+def _doc_acl(doc: int, rng: np.random.Generator) -> tuple[list[str], bool]:
+    if rng.random() < 0.7:
+        return [], True
+    return [GROUPS[doc % len(GROUPS)]], False
+
+
+def load_catalog(
+    url: str, corpus: Corpus, *, chunks_per_doc: int, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """COPY documents, versions, chunks and embeddings; returns (row_ids, doc_ids) per chunk."""
+    n = len(corpus.texts)
+    n_docs = (n + chunks_per_doc - 1) // chunks_per_doc
+    doc_ids = np.arange(1, n_docs + 1, dtype=np.int64).repeat(chunks_per_doc)[:n]
+    row_ids = np.arange(1, n + 1, dtype=np.int64)
+    rng = np.random.default_rng(seed + 7)
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        if conn.execute("SELECT count(*) FROM documents").fetchone() != (0,):
+            raise SystemExit("the database already holds documents: give bench.retrieve an empty one")
+        cur.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (TENANT,))
+        with cur.copy(
+            "COPY documents (doc_id, tenant_id, external_id, source, title, mime_type, content_hash,"
+            " current_version, metadata, acl_principals, acl_public) FROM STDIN"
+        ) as copy:
+            for d in range(1, n_docs + 1):
+                principals, public = _doc_acl(d, rng)
+                source = ("wiki", "drive", "tickets")[d % 3]
+                meta = Jsonb({"source": source, "team": f"team-{d % 12}"})
+                h = hashlib.sha256(f"doc-{d}".encode()).hexdigest()
+                copy.write_row(
+                    (d, TENANT, f"doc-{d:07d}", source, f"Document {d}", "text/plain", h, 1, meta,
+                     principals, public)
+                )  # fmt: skip
+        with cur.copy(
+            "COPY document_versions (doc_id, version, content_hash, chunk_count) FROM STDIN"
+        ) as copy:
+            counts = np.bincount(doc_ids)
+            for d in range(1, n_docs + 1):
+                copy.write_row((d, 1, hashlib.sha256(f"doc-{d}".encode()).hexdigest(), int(counts[d])))
+        _copy_chunks(cur, corpus, row_ids, doc_ids, chunks_per_doc)
+        cur.execute("SELECT setval(pg_get_serial_sequence('documents', 'doc_id'), %s)", (n_docs,))
+        cur.execute("SELECT setval(pg_get_serial_sequence('chunks', 'chunk_row'), %s)", (n,))
+    return row_ids, doc_ids
+
+
+def _copy_chunks(
+    cur: psycopg.Cursor, corpus: Corpus, row_ids: np.ndarray, doc_ids: np.ndarray, chunks_per_doc: int
+) -> None:
+    with cur.copy(
+        "COPY chunks (chunk_row, chunk_id, doc_id, version, ordinal, text, char_start, char_end,"
+        " section_path, kind, token_count) FROM STDIN"
+    ) as copy:
+        for i, text in enumerate(corpus.texts):
+            ordinal = i % chunks_per_doc
+            start = ordinal * (len(text) + 1)
+            cid = hashlib.sha256(f"{TENANT}/{doc_ids[i]}/1/{ordinal}".encode()).hexdigest()
+            copy.write_row(
+                (int(row_ids[i]), cid, int(doc_ids[i]), 1, ordinal, text, start, start + len(text), [],
+                 "paragraph", len(text.split()) * 4 // 3)
+            )  # fmt: skip
+    vecs = np.ascontiguousarray(corpus.vectors, dtype="<f4")
+    # Binary COPY: 100k x 1.5 KB of bytea would double in size as text-format hex.
+    with cur.copy("COPY chunk_embeddings (chunk_row, model, dim, vector) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(["int8", "text", "int4", "bytea"])
+        for row, vec in zip(row_ids, vecs, strict=True):
+            copy.write_row((int(row), DEFAULT_EMBEDDING_MODEL, DIM, vec.tobytes()))
+
+
+def build_live_index(
+    url: str, index_root: Path, corpus: Corpus, row_ids: np.ndarray, doc_ids: np.ndarray
+) -> str:
+    """Build a version with the server's default index settings and point ``live`` at it."""
+    ix = Settings().index
+    version_id = f"bench-{int(time.time())}"
+    template = DenseParams(
+        hnsw_m=ix.hnsw_m, ef_construction=ix.hnsw_ef_construction, ef_search=ix.hnsw_ef_search,
+        nlist=ix.ivf_nlist, nprobe=ix.ivf_nprobe, pq_m=ix.pq_m, pq_nbits=ix.pq_nbits,
+    )  # fmt: skip
+    with psycopg.connect(url, autocommit=True) as conn:
+        position = current_position(conn)
+        path = index_root / version_id
+        indexes_repo.create_version(
+            conn, version_id=version_id, path=str(path), model=DEFAULT_EMBEDDING_MODEL, dim=DIM,
+            n_shards=ix.shards, params={"source": "bench.retrieve"},
+        )  # fmt: skip
+        build_version(
+            index_root, version_id, row_ids=row_ids, doc_ids=doc_ids, tenant_ids=None,
+            texts=[lexical_text(t, ()) for t in corpus.texts], vectors=corpus.vectors,
+            n_shards=ix.shards, shard_by=ix.shard_by,
+            dense_params_for=auto_params(
+                template, flat_max=ix.flat_max_vectors, ivfpq_min=ix.ivfpq_min_vectors
+            ),
+            tokenizer=Tokenizer(), model_name=DEFAULT_EMBEDDING_MODEL, catalog_position=position,
+        )  # fmt: skip
+        indexes_repo.mark_ready(
+            conn, version_id=version_id, chunk_count=len(row_ids), catalog_position=position
+        )
+        indexes_repo.swap_alias(conn, alias="live", version_id=version_id)
+    return version_id
+
+
+def create_query_key(url: str) -> str:
+    """A query key for ``PRINCIPAL``, a member of the first group."""
+    from authz.api_keys import create_key
+    from catalog.principals import replace_groups
+
+    with psycopg.connect(url) as conn:
+        token = create_key(conn, tenant_id=TENANT, roles=["query"], principal_id=PRINCIPAL).token
+        replace_groups(conn, tenant_id=TENANT, principal_id=PRINCIPAL, groups=[GROUPS[0]])
+    return token
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def database(tmp: Path) -> Iterator[str]:
+    """``RAGLINE_DATABASE_URL`` when set, else a throwaway local cluster destroyed at exit."""
+    url = os.environ.get("RAGLINE_DATABASE_URL")
+    if url:
+        apply_migrations(url)
+        yield url
+        return
+    from catalog import embedded
+
+    cluster = embedded.cluster_for(tmp, port=_free_port(), fsync=False)
+    try:
+        url = embedded.up(cluster)
+        apply_migrations(url)
+        yield url
+    finally:
+        embedded.destroy(cluster)
+
+
+@contextmanager
+def server(url: str, data_dir: Path) -> Iterator[str]:
+    """``ragline serve`` as a subprocess (no reranker, ingestion in-process); yields its URL."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
+    env.update(
+        RAGLINE_DATABASE_URL=url,
+        RAGLINE_DATA_DIR=str(data_dir),
+        RAGLINE_INGEST__INLINE_MAX_DOCUMENTS="100",
+        RAGLINE_EMBEDDING_DEVICE="cpu",
+        RAGLINE_LOG_LEVEL=os.environ.get("RAGLINE_LOG_LEVEL", "WARNING"),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    log_path = data_dir / "server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "core.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(base, proc, log_path)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"server not ready after {READY_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")
+
+
+def query_texts(corpus: Corpus, count: int, seed: int = 1) -> list[str]:
+    """Queries of 2-4 words of one topic, sometimes with a background word."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        words = list(rng.choice(corpus.topic_words[int(rng.integers(len(corpus.topic_words)))], size=3))
+        out.append(
+            " ".join(
+                words[: int(rng.integers(2, 4))]
+                + ([corpus.texts[0].split()[-1]] if rng.random() < 0.3 else [])
+            )
+        )
+    return out
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Retrieval latency under open-loop load (see module docstring).")
+    p.add_argument("--chunks", type=int, default=100_000)
+    p.add_argument("--chunks-per-doc", type=int, default=10)
+    p.add_argument("--rates", default="5,10,20", help="comma-separated requests per second")
+    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per rate")
+    p.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds before each rate")
+    p.add_argument("--target-ms", type=float, default=50.0, help="latency target for goodput")
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--arrival", choices=["poisson", "fixed"], default="poisson")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+def main() -> None:
+    args = _args()
+    rates = sorted(float(r) for r in args.rates.split(","))
+    with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_name, database(Path(tmp_name)) as url:
+        tmp = Path(tmp_name)
+        t = time.perf_counter()
+        corpus = synthetic_corpus(args.chunks, seed=args.seed)
+        row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=args.chunks_per_doc, seed=args.seed)
+        print(
+            f"catalog: {args.chunks:,} chunks in {doc_ids.max():,} documents, {time.perf_counter() - t:.1f}s"
+        )
+        t = time.perf_counter()
+        version = build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
+        print(f"index {version}: built in {time.perf_counter() - t:.1f}s")
+        token = create_query_key(url)
+        # Enough for every arrival plus the probe: the server's LRU query-embedding cache would
+        # otherwise answer repeats without running the model, flattering every rate but the first.
+        expected = sum(rate * (args.duration + args.warmup) for rate in rates)
+        queries = query_texts(corpus, int(expected * 1.5) + 500, seed=args.seed + 1)
+        sequence = itertools.count()
+        del corpus  # the server needs the memory more than we do
+        t = time.perf_counter()
+        with server(url, tmp) as base:
+            print(f"server ready in {time.perf_counter() - t:.1f}s")
+            headers = {"Authorization": f"Bearer {token}"}
+
+            def request(i: int) -> RequestSpec:
+                # A global counter, not i: each rate restarts i at 0 and would repeat its queries.
+                body = {
+                    "query": queries[next(sequence) % len(queries)],
+                    "top_k": args.top_k,
+                    "mode": "hybrid",
+                    "rerank": False,
+                }
+                return RequestSpec("POST", "/v1/retrieve", body, headers)
+
+            _check(base, request(0))
+            configs = [
+                LoadConfig(
+                    rate=r,
+                    duration_s=args.duration,
+                    warmup_s=args.warmup,
+                    timeout_s=args.timeout,
+                    latency_target_ms=args.target_ms,
+                    arrival=args.arrival,
+                    seed=args.seed + i,
+                )  # fmt: skip
+                for i, r in enumerate(rates)
+            ]
+            results = asyncio.run(run_rates(base, request, configs))
+            probe = _probe(base, request, 30)
+    print(
+        f"\nhybrid, no rerank, top_k={args.top_k}, {args.chunks:,} chunks, {args.arrival} arrivals, "
+        f"{args.warmup:g}s warm-up + {args.duration:g}s measured per rate, {os.cpu_count()} CPUs"
+    )
+    print_results(results)
+    print("\nsequential probe after the load (30 requests, medians): " + probe)
+
+
+def _probe(base: str, request: Callable[[int], RequestSpec], count: int) -> str:
+    """Client latency and server stage timings of one request at a time: the floor under load.
+
+    ``request`` must hand out fresh queries, or the embedding stage is a cache hit.
+    """
+    client_ms: list[float] = []
+    stages: dict[str, list[float]] = {}
+    with httpx.Client(base_url=base, timeout=30.0) as client:
+        for i in range(count):
+            spec = request(i)
+            t = time.perf_counter()
+            r = client.post(spec.path, json=spec.json, headers=spec.headers)
+            client_ms.append((time.perf_counter() - t) * 1000)
+            for stage, ms in r.json()["timings_ms"].items():
+                stages.setdefault(stage, []).append(ms)
+    parts = [f"client {np.median(client_ms):.1f} ms"] + [
+        f"{stage} {np.median(v):.1f}" for stage, v in stages.items()
+    ]
+    return ", ".join(parts)
+
+
+def _check(base: str, spec: RequestSpec) -> None:
+    """One request before the load: fail loudly if the setup is wrong, and warm the caches."""
+    for _ in range(5):
+        r = httpx.post(base + spec.path, json=spec.json, headers=spec.headers, timeout=30.0)
+        if r.status_code != 200:
+            raise SystemExit(f"retrieve failed: {r.status_code} {r.text[:500]}")
+    body = r.json()
+    if not body["results"] or body["index_version"].startswith("delta"):
+        raise SystemExit(
+            f"the live index is not serving: {body['index_version']}, {len(body['results'])} hits"
+        )
+    print(
+        f"check: {len(body['results'])} hits from {body['index_version']},"
+        f" server timings {body['timings_ms']}"
+    )
+
+
+if __name__ == "__main__":
+    main()
