@@ -6,6 +6,7 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from core.settings import Settings, get_settings
 
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     verify.set_defaults(handler=_verify)
 
 
-def _conn(settings: Settings):  # type: ignore[no-untyped-def]
+def _conn(settings: Settings) -> tuple[Any, str]:
     import psycopg
 
     from catalog.connect import database_url
@@ -72,7 +73,7 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def rebuild_config(settings: Settings, shards: int | None = None):  # type: ignore[no-untyped-def]
+def rebuild_config(settings: Settings, shards: int | None = None) -> Any:
     from index.faiss_shards import DenseParams
     from jobs.rebuild_job import RebuildConfig
 

@@ -150,7 +150,7 @@ def rebuild_on_ray(conninfo: str, config: RebuildConfig, *, version_id: str | No
     import ray
 
     task = ray.remote(num_cpus=1)(rebuild)
-    return str(ray.get(task.remote(conninfo, config, version_id=version_id)))
+    return str(ray.get(task.remote(conninfo, config, version_id=version_id)))  # type: ignore[call-arg]
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,11 +59,7 @@ class DeltaSegment:
         versions = np.concatenate(
             [self.versions[keep], np.array([c.version for c in usable], dtype=np.int32)]
         )
-        new_vecs = (
-            np.stack(vecs).astype(np.float32)
-            if usable
-            else np.zeros((0, dim), np.float32)
-        )
+        new_vecs = np.stack(vecs).astype(np.float32) if usable else np.zeros((0, dim), np.float32)
         vectors = np.concatenate([self.vectors[keep], new_vecs])
         texts = tuple(t for t, k in zip(self.texts, keep, strict=True) if k) + tuple(
             lexical_text(c.text, c.section_path) for c in usable

@@ -14,8 +14,14 @@ from tests.integration.api.conftest import make_key, wait_job
 
 pytestmark = pytest.mark.integration
 
-TOPICS = ["volcano eruption lava", "sourdough bread baking", "kubernetes pod scheduling", "tax return deadline",
-          "marathon training plan", "orbital mechanics satellites"]
+TOPICS = [
+    "volcano eruption lava",
+    "sourdough bread baking",
+    "kubernetes pod scheduling",
+    "tax return deadline",
+    "marathon training plan",
+    "orbital mechanics satellites",
+]
 
 
 def _auth(t: str) -> dict[str, str]:
@@ -23,8 +29,11 @@ def _auth(t: str) -> dict[str, str]:
 
 
 def _push(client: TestClient, token: str, docs: list[dict]) -> None:
-    job = wait_job(client, token, client.post("/v1/documents", json={"documents": docs},
-                                              headers=_auth(token)).json()["job_id"])
+    job = wait_job(
+        client,
+        token,
+        client.post("/v1/documents", json={"documents": docs}, headers=_auth(token)).json()["job_id"],
+    )
     assert job["state"] == "succeeded", job
 
 
@@ -35,14 +44,26 @@ def _swap(db_url: str, client: TestClient, version: str) -> str | None:
         return client.app.state.search.check_alias(conn)  # type: ignore[attr-defined]
 
 
-def test_rebuild_swap_tombstones_and_corrupt_version(full_client: TestClient, db_url: str, tmp_path: Path,
-                                                     embedder) -> None:  # type: ignore[no-untyped-def]
+def test_rebuild_swap_tombstones_and_corrupt_version(
+    full_client: TestClient, db_url: str, tmp_path: Path, embedder
+) -> None:  # type: ignore[no-untyped-def]
     ingest = make_key(db_url, "acme", ["ingest"])
     reader = make_key(db_url, "acme", ["query"], principal="user:r")
-    _push(full_client, ingest, [{"external_id": f"doc{i}", "text": f"All about {t}. " * 5,
-                                 "acl": {"public": True}} for i, t in enumerate(TOPICS)])
-    config = RebuildConfig(index_root=tmp_path / "indexes", model_name="bundled:all-MiniLM-L6-v2", n_shards=2,
-                           dense=DenseParams(kind="hnsw", hnsw_m=8, ef_construction=40), flat_max_vectors=2)
+    _push(
+        full_client,
+        ingest,
+        [
+            {"external_id": f"doc{i}", "text": f"All about {t}. " * 5, "acl": {"public": True}}
+            for i, t in enumerate(TOPICS)
+        ],
+    )
+    config = RebuildConfig(
+        index_root=tmp_path / "indexes",
+        model_name="bundled:all-MiniLM-L6-v2",
+        n_shards=2,
+        dense=DenseParams(kind="hnsw", hnsw_m=8, ef_construction=40),
+        flat_max_vectors=2,
+    )
     v1 = rebuild(db_url, config)
     assert _swap(db_url, full_client, v1) == v1
 
@@ -53,21 +74,28 @@ def test_rebuild_swap_tombstones_and_corrupt_version(full_client: TestClient, db
     hits, version = search("lava from a volcano")
     assert hits[0] == "doc0" and version == v1
     # a fresh write goes to the delta and is searchable at once
-    _push(full_client, ingest, [{"external_id": "new", "text": "Quantum entanglement of photons. " * 4,
-                                 "acl": {"public": True}}])
+    _push(
+        full_client,
+        ingest,
+        [{"external_id": "new", "text": "Quantum entanglement of photons. " * 4, "acl": {"public": True}}],
+    )
     assert search("entangled photons quantum")[0][0] == "new"
     # tombstones: delete from the index and from the delta, a new version of an indexed document
     full_client.delete("/v1/documents/doc0", headers=_auth(ingest))
     full_client.delete("/v1/documents/new", headers=_auth(ingest))
-    _push(full_client, ingest, [{"external_id": "doc1", "text": "Rye flour and a starter culture. " * 4,
-                                 "acl": {"public": True}}])
+    _push(
+        full_client,
+        ingest,
+        [{"external_id": "doc1", "text": "Rye flour and a starter culture. " * 4, "acl": {"public": True}}],
+    )
     assert "doc0" not in search("lava from a volcano")[0]
     assert "new" not in search("entangled photons quantum")[0]
     with psycopg.connect(db_url) as conn:
         report = reconcile(conn, indexes.resolve_alias(conn, alias="live"))  # type: ignore[arg-type]
         assert report.ok and report.hidden_rows >= 2 and report.fresh_after_build >= 1
-        advice = rebuild_advice(conn, alias="live", tombstone_ratio=0.1, delta_chunks=1000,
-                                model="bundled:all-MiniLM-L6-v2")
+        advice = rebuild_advice(
+            conn, alias="live", tombstone_ratio=0.1, delta_chunks=1000, model="bundled:all-MiniLM-L6-v2"
+        )
         assert advice.needed
     v2 = rebuild(db_url, config)
     assert _swap(db_url, full_client, v2) == v2

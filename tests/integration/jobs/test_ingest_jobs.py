@@ -20,26 +20,36 @@ from jobs.runner import IngestRunner, RunnerConfig
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+)
 
 
 def _text(i: int, paragraphs: int = 6) -> str:
-    return "\n\n".join(" ".join(WORDS[(i * 7 + p * 3 + w) % len(WORDS)] for w in range(60)) + "."
-                       for p in range(paragraphs))
+    return "\n\n".join(
+        " ".join(WORDS[(i * 7 + p * 3 + w) % len(WORDS)] for w in range(60)) + "." for p in range(paragraphs)
+    )
 
 
 def _assert_exactly_once(conn: psycopg.Connection, tenant: str, n_docs: int) -> None:
-    docs = conn.execute("SELECT count(*), count(*) FILTER (WHERE current_version = 1) FROM documents"
-                        " WHERE tenant_id = %s", (tenant,)).fetchone()
+    docs = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE current_version = 1) FROM documents WHERE tenant_id = %s",
+        (tenant,),
+    ).fetchone()
     assert docs == (n_docs, n_docs)
     versions, expected = conn.execute(
-        "SELECT count(*), coalesce(sum(chunk_count), 0) FROM document_versions v JOIN documents d USING (doc_id)"
-        " WHERE d.tenant_id = %s", (tenant,)).fetchone()
+        "SELECT count(*), coalesce(sum(chunk_count), 0) FROM document_versions v"
+        " JOIN documents d USING (doc_id)"
+        " WHERE d.tenant_id = %s",
+        (tenant,),
+    ).fetchone()
     assert versions == n_docs
     chunks, leaves, embeddings = conn.execute(
         "SELECT count(*), count(*) FILTER (WHERE level = 0), count(e.chunk_row) FROM chunks c"
         " JOIN documents d USING (doc_id) LEFT JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row"
-        " WHERE d.tenant_id = %s", (tenant,)).fetchone()
+        " WHERE d.tenant_id = %s",
+        (tenant,),
+    ).fetchone()
     assert chunks == expected and embeddings == leaves > 0
 
 
@@ -47,13 +57,22 @@ def test_ray_pipeline_ingests_every_document_once(db_url: str, tmp_path: Path, r
     n = 12
     with psycopg.connect(db_url) as conn:
         ensure_tenant(conn, tenant_id="raytenant")
-        items = [NewItem(external_id=f"r{i}", mime_type="text/plain", payload=_text(i).encode(),
-                         acl=Acl((), True)) for i in range(n)]
+        items = [
+            NewItem(external_id=f"r{i}", mime_type="text/plain", payload=_text(i).encode(), acl=Acl((), True))
+            for i in range(n)
+        ]
         items.append(NewItem(external_id="broken", mime_type="application/pdf", payload=b"%PDF-1.4 garbage"))
         job_id = jobs_repo.create_job(conn, tenant_id="raytenant", kind="ingest", items=items)
-    config = RunnerConfig(conninfo=db_url, model_name="bundled:all-MiniLM-L6-v2", chunking=ChunkingConfig(),
-                          data_dir=tmp_path, inline_max_documents=0, use_ray=True, embed_actors=2,
-                          batch_documents=4)
+    config = RunnerConfig(
+        conninfo=db_url,
+        model_name="bundled:all-MiniLM-L6-v2",
+        chunking=ChunkingConfig(),
+        data_dir=tmp_path,
+        inline_max_documents=0,
+        use_ray=True,
+        embed_actors=2,
+        batch_documents=4,
+    )
     runner = IngestRunner(config, lambda: pytest.fail("the Ray path must not load an in-process embedder"))
     assert runner.run_job(job_id) == "partially_failed"
     with psycopg.connect(db_url) as conn:
@@ -70,9 +89,24 @@ def test_killed_ingest_resumes_exactly_once(db_url: str, tmp_path: Path) -> None
     corpus.mkdir()
     for i in range(n):
         (corpus / f"doc{i:02d}.txt").write_text(_text(i, paragraphs=10))
-    env = {**os.environ, "RAGLINE_DATABASE_URL": db_url, "RAGLINE_DATA_DIR": str(tmp_path / "data"),
-           "RAGLINE_INGEST__EMBED_BATCH_SIZE": "8", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "core.cli", "ingest", str(corpus), "--tenant", "killme", "--public", "--no-ray"]
+    env = {
+        **os.environ,
+        "RAGLINE_DATABASE_URL": db_url,
+        "RAGLINE_DATA_DIR": str(tmp_path / "data"),
+        "RAGLINE_INGEST__EMBED_BATCH_SIZE": "8",
+        "HF_HUB_OFFLINE": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "ingest",
+        str(corpus),
+        "--tenant",
+        "killme",
+        "--public",
+        "--no-ray",
+    ]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
     done = 0
@@ -88,8 +122,14 @@ def test_killed_ingest_resumes_exactly_once(db_url: str, tmp_path: Path) -> None
         assert 0 < done < n, f"kill landed at {done}/{n}: tune the corpus size"
         job_id = conn.execute("SELECT job_id FROM jobs WHERE tenant_id = 'killme'").fetchone()[0]
         assert conn.execute("SELECT state FROM jobs WHERE job_id = %s", (job_id,)).fetchone()[0] == "running"
-    out = subprocess.run([sys.executable, "-m", "core.cli", "jobs", "resume", str(job_id)], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "core.cli", "jobs", "resume", str(job_id)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("succeeded")
     with psycopg.connect(db_url) as conn:

@@ -6,7 +6,6 @@ against an oracle computed from the catalog."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
