@@ -113,6 +113,7 @@ def _reranker(settings: Settings) -> tuple[Scorer | None, list[Callable[[], None
 
     model = load_reranker(settings.rerank.model, device=settings.embedding_device)
     batching = BatchingReranker(
-        model, max_batch_tokens=settings.rerank.max_batch_tokens, max_wait_ms=settings.rerank.max_wait_ms
+        model, max_batch_tokens=settings.rerank.max_batch_tokens, max_wait_ms=settings.rerank.max_wait_ms,
+        default_timeout_s=settings.rerank.budget_ms / 1000,
     )
     return batching, [batching.close]

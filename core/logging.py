@@ -37,5 +37,5 @@ def configure_logging(level: str = "INFO") -> None:
     handler.setFormatter(JsonFormatter())
     root.handlers = [handler]
     root.setLevel(level)
-    for noisy in ("httpx", "urllib3", "filelock", "sentence_transformers"):
+    for noisy in ("httpx", "urllib3", "filelock", "sentence_transformers", "bm25s"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

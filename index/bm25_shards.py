@@ -32,6 +32,8 @@ from core.errors import IndexIntegrityError, InvalidInputError
 from index.tokenize import Tokenizer
 
 logger = logging.getLogger(__name__)
+# bm25s sets its own logger to DEBUG on import; its per-build messages are noise here.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 BM25_METHOD = "lucene"
 META_FILE = "lexical.json"
