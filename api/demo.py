@@ -117,7 +117,7 @@ ragline is serving on http://{host}:{port}  (dev keys in {settings.data_dir / "d
 Try:
   curl -s http://{host}:{port}/v1/retrieve -H 'Authorization: Bearer {keys["query"]}' \\
        -H 'Content-Type: application/json' \\
-       -d '{{"query": "how do I rotate signing keys?", "top_k": 5, "max_context_tokens": 400}}'
+       -d '{{"query": "how do I fail over the PostgreSQL primary?", "top_k": 5, "max_context_tokens": 400}}'
 """,
         file=sys.stderr,
     )

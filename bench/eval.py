@@ -141,6 +141,8 @@ def evaluate(
     split: str = "test",
     agg: Literal["max", "sum"] = "max",
     depth: int = 200,
+    embedder: Any = None,
+    use_ray: bool = True,
 ) -> EvalReport:
     from psycopg_pool import ConnectionPool
 
@@ -159,7 +161,7 @@ def evaluate(
     url = database_url(settings)
     apply_migrations(url)
     t = time.monotonic()
-    runner = make_runner(settings, url)
+    runner = make_runner(settings, url, use_ray=use_ray, embedder=embedder)
     state, n_docs = ingest_collection(collection, tenant=tenant, url=url, runner=runner)
     ingest_s = time.monotonic() - t
     t = time.monotonic()
@@ -191,7 +193,7 @@ def evaluate(
         round(index_s, 1),
     )
     pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
-    embedder = getattr(runner, "_embedder", None)
+    embedder = embedder or getattr(runner, "_embedder", None)
     service, close = build_search_service(settings, pool, embedder, alias=alias, watch=False)
     try:
         for mode in modes:

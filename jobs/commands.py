@@ -78,7 +78,7 @@ def _items(args: argparse.Namespace) -> list[Any]:
             NewItem(
                 external_id=ext_id,
                 mime_type=MIME_BY_SUFFIX.get(file.suffix.lower(), "text/plain"),
-                title=None,
+                title=entry.get("title"),
                 metadata={**meta, **entry.get("metadata", {})},
                 acl=acl,
                 payload_path=str(file.resolve()),
@@ -108,7 +108,7 @@ class Progress:
         sys.stderr.flush()
 
 
-def make_runner(settings: Settings, url: str, *, use_ray: bool = True) -> Any:
+def make_runner(settings: Settings, url: str, *, use_ray: bool = True, embedder: Any = None) -> Any:
     from index.embedder import load_embedder
     from ingest.pipeline import ChunkingConfig
     from jobs.runner import IngestRunner, RunnerConfig
@@ -126,10 +126,13 @@ def make_runner(settings: Settings, url: str, *, use_ray: bool = True) -> Any:
     )
     return IngestRunner(
         config,
-        lambda: load_embedder(
-            settings.embedding_model,
-            device=settings.embedding_device,
-            batch_size=settings.ingest.embed_batch_size,
+        lambda: (
+            embedder
+            or load_embedder(
+                settings.embedding_model,
+                device=settings.embedding_device,
+                batch_size=settings.ingest.embed_batch_size,
+            )
         ),
     )
 

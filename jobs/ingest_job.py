@@ -145,7 +145,9 @@ class _EmbedActor:
     def __init__(self, model_name: str, batch_size: int) -> None:
         from index.embedder import SentenceTransformerEmbedder
 
-        self.embedder = SentenceTransformerEmbedder(model_name, batch_size=batch_size, threads=1)
+        self.embedder = SentenceTransformerEmbedder(
+            model_name, batch_size=batch_size, threads=1
+        )  # device: auto
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         outcomes = [pickle.loads(b) for b in batch["blob"]]
@@ -164,6 +166,9 @@ def ray_results(
 
     from index.embedder import resolve_model_path
 
+    data_ctx = ray.data.DataContext.get_current()
+    data_ctx.enable_progress_bars = False  # the job's own counters are the progress report
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx_ref = ctx
     ds: Any = ray.data.from_items(
         [{"item_no": n} for n in item_nos], override_num_blocks=max(1, len(item_nos) // 8)
@@ -175,12 +180,16 @@ def ray_results(
         compute=ActorPoolStrategy(size=1),
         num_cpus=0.25,
     )
+    # One GPU per embed actor when the cluster has GPUs; otherwise one-CPU-ish actors (two
+    # single-threaded actors beat one two-thread actor on small machines).
+    gpus = int(ray.cluster_resources().get("GPU", 0))
     ds = ds.map_batches(
         _EmbedActor,
         fn_constructor_args=(ctx.model_name, embed_batch),
         batch_size=ctx.batch_documents,
-        compute=ActorPoolStrategy(size=embed_actors),
-        num_cpus=0.75,
+        compute=ActorPoolStrategy(size=min(embed_actors, gpus) if gpus else embed_actors),
+        num_cpus=0.75 if not gpus else 1,
+        num_gpus=1 if gpus else 0,
     )
     for batch in ds.iter_batches(batch_size=ctx.batch_documents, batch_format="numpy"):
         yield [r for r in (pickle.loads(b) for b in batch["blob"]) if r is not None]

@@ -1,0 +1,37 @@
+"""The harness reproduces the published reference scores of the development collections
+(../shared/data/README.md: rank_bm25 BM25 and all-MiniLM-L6-v2 dense, nDCG@10) within 0.02,
+running the whole product path: job pipeline, catalog, index version, SearchService."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.eval import evaluate
+from core.settings import Settings
+from tests.conftest import truncate_all
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REFERENCE = {"cisi": {"bm25": 0.342, "dense": 0.421}, "cranfield": {"bm25": 0.335, "dense": 0.382}}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_reference_scores(name: str, shared_data: Path, pg_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    truncate_all(pg_url)
+    settings = Settings(data_dir=tmp_path, database_url=pg_url)
+    report = evaluate(
+        settings,
+        shared_data / name,
+        modes=["bm25", "dense", "hybrid"],
+        ks=(10,),
+        embedder=embedder,
+        use_ray=False,
+    )
+    scores = {m.mode: m.metrics["ndcg@10"] for m in report.modes}
+    assert report.ingest_state == "succeeded" or report.ingest_state == "partially_failed"
+    for mode, expected in REFERENCE[name].items():
+        assert abs(scores[mode] - expected) <= 0.02, (name, mode, scores[mode], expected)
+    # hybrid must not fall more than 0.01 below the better single mode
+    assert scores["hybrid"] >= max(scores["bm25"], scores["dense"]) - 0.01, scores
