@@ -71,7 +71,8 @@ def build_search_service(
 
     embedder = embedder or load_embedder(settings.embedding_model, device=settings.embedding_device)
     r, ix = settings.retrieve, settings.index
-    state = ServingState(model_name=settings.embedding_model, dim=embedder.dim, tokenizer=Tokenizer())
+    tokenizer = Tokenizer(stem=ix.lexical_stem, stop_words=ix.lexical_stop_words)
+    state = ServingState(model_name=settings.embedding_model, dim=embedder.dim, tokenizer=tokenizer)
     executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
     planner = PlannerConfig(
         r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
@@ -113,7 +114,9 @@ def _reranker(settings: Settings) -> tuple[Scorer | None, list[Callable[[], None
 
     model = load_reranker(settings.rerank.model, device=settings.embedding_device)
     batching = BatchingReranker(
-        model, max_batch_tokens=settings.rerank.max_batch_tokens, max_wait_ms=settings.rerank.max_wait_ms,
+        model,
+        max_batch_tokens=settings.rerank.max_batch_tokens,
+        max_wait_ms=settings.rerank.max_wait_ms,
         default_timeout_s=settings.rerank.budget_ms / 1000,
     )
     return batching, [batching.close]

@@ -57,6 +57,8 @@ class IndexSettings(BaseModel):
     ivf_nprobe: int = Field(16, ge=1)
     pq_m: int = Field(48, ge=1)
     pq_nbits: int = Field(8, ge=4, le=16)
+    lexical_stem: bool = True
+    lexical_stop_words: bool = True
     rebuild_tombstone_ratio: float = Field(0.2, gt=0.0, le=1.0)
     rebuild_delta_chunks: int = Field(50_000, ge=1)
     gc_grace_seconds: int = Field(3600, ge=0)

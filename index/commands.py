@@ -75,6 +75,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def rebuild_config(settings: Settings, shards: int | None = None) -> Any:
     from index.faiss_shards import DenseParams
+    from index.tokenize import Tokenizer
     from jobs.rebuild_job import RebuildConfig
 
     ix = settings.index
@@ -101,6 +102,7 @@ def rebuild_config(settings: Settings, shards: int | None = None) -> Any:
         dense=dense,
         flat_max_vectors=flat_max,
         ivfpq_min_vectors=ivf_min,
+        tokenizer=Tokenizer(stem=ix.lexical_stem, stop_words=ix.lexical_stop_words),
     )
 
 

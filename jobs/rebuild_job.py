@@ -48,6 +48,7 @@ class RebuildConfig:
     dense: DenseParams = DenseParams()
     flat_max_vectors: int = 20_000
     ivfpq_min_vectors: int = 2_000_000
+    tokenizer: Tokenizer = Tokenizer()
 
 
 def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:
@@ -120,7 +121,7 @@ def rebuild(conninfo: str, config: RebuildConfig, *, version_id: str | None = No
                 dense_params_for=auto_params(
                     config.dense, flat_max=config.flat_max_vectors, ivfpq_min=config.ivfpq_min_vectors
                 ),
-                tokenizer=Tokenizer(),
+                tokenizer=config.tokenizer,
                 model_name=config.model_name,
                 catalog_position=snap.position,
             )

@@ -1,4 +1,4 @@
-"""The harness reproduces the published reference scores of the development collections
+r"""The harness reproduces the published reference scores of the development collections
 (../shared/data/README.md: rank_bm25 BM25 and all-MiniLM-L6-v2 dense, nDCG@10) within 0.02,
 running the whole product path: job pipeline, catalog, index version, SearchService."""
 
@@ -20,7 +20,9 @@ REFERENCE = {"cisi": {"bm25": 0.342, "dense": 0.421}, "cranfield": {"bm25": 0.33
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_scores(name: str, shared_data: Path, pg_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
     truncate_all(pg_url)
-    settings = Settings(data_dir=tmp_path, database_url=pg_url)
+    # The references tokenize with lower-cased \w+ and a small stoplist, without stemming;
+    # ragline's default lexical tokenizer also stems (measured: +0.01 to +0.02 nDCG@10).
+    settings = Settings(data_dir=tmp_path, database_url=pg_url, index={"lexical_stem": False})
     report = evaluate(
         settings,
         shared_data / name,
