@@ -44,6 +44,25 @@ def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = No
     return runner.close
 
 
+def maintenance_hook(app: FastAPI, settings: Settings) -> Callable[[], None]:
+    """Scheduled rebuild/swap/GC (one replica per tick); off when maintenance_seconds is 0."""
+    if settings.index.maintenance_seconds <= 0:
+        return lambda: None
+    from index.commands import rebuild_config
+    from jobs.scheduler import MaintenancePolicy, MaintenanceScheduler
+
+    ix = settings.index
+    policy = MaintenancePolicy(
+        interval_seconds=ix.maintenance_seconds,
+        tombstone_ratio=ix.rebuild_tombstone_ratio,
+        delta_chunks=ix.rebuild_delta_chunks,
+        gc_grace_seconds=ix.gc_grace_seconds,
+    )
+    scheduler = MaintenanceScheduler(app.state.database_url, rebuild_config(settings), policy)
+    scheduler.start()
+    return scheduler.close
+
+
 def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
     """The search service on ``app.state.search``."""
     service, close = build_search_service(settings, app.state.pool, embedder)

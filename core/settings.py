@@ -62,6 +62,7 @@ class IndexSettings(BaseModel):
     rebuild_tombstone_ratio: float = Field(0.2, gt=0.0, le=1.0)
     rebuild_delta_chunks: int = Field(50_000, ge=1)
     gc_grace_seconds: int = Field(3600, ge=0)
+    maintenance_seconds: float = Field(300.0, ge=0.0)
     poll_seconds: float = Field(2.0, gt=0.0)
 
 
