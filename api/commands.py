@@ -38,5 +38,6 @@ def _serve(args: argparse.Namespace) -> int:
     # Workers are separate processes that build the app from the environment: hand them the
     # resolved URL so none of them tries to start a second local cluster.
     os.environ["RAGLINE_DATABASE_URL"] = url
+    get_settings.cache_clear()  # the app factory must see the resolved URL
     uvicorn.run("api.main:build", factory=True, host=host, port=port, workers=workers, log_level="warning")
     return 0

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from core.settings import Settings
+from core.settings import Settings, get_settings
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "corpus"
 TENANT = "demo"
@@ -122,5 +122,6 @@ Try:
         file=sys.stderr,
     )
     os.environ["RAGLINE_DATABASE_URL"] = url
+    get_settings.cache_clear()  # the app factory must see the resolved URL
     uvicorn.run("api.main:build", factory=True, host=host, port=port, log_level="warning")
     return 0

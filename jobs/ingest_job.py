@@ -170,9 +170,9 @@ def ray_results(
     data_ctx.enable_progress_bars = False  # the job's own counters are the progress report
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx_ref = ctx
-    ds: Any = ray.data.from_items(
-        [{"item_no": n} for n in item_nos], override_num_blocks=max(1, len(item_nos) // 8)
-    )
+    # Enough blocks that every embed actor gets work, one job batch per block at most.
+    blocks = min(len(item_nos), max(2 * embed_actors, -(-len(item_nos) // ctx.batch_documents)))
+    ds: Any = ray.data.from_items([{"item_no": n} for n in item_nos], override_num_blocks=max(1, blocks))
     ds = ds.map_batches(
         _PrepareActor,
         fn_constructor_args=(ctx_ref, resolve_model_path(ctx.model_name)),
