@@ -126,13 +126,30 @@ class SearchService:
         return "ok" if self.state.loaded else "loading"
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.poll_seconds):
+        """Catch up and follow the alias: woken by NOTIFY, polling as the fallback."""
+        listener: psycopg.Connection | None = None
+        while not self._stop.is_set():
+            try:
+                if listener is None:
+                    info = self.pool.conninfo
+                    listener = psycopg.connect(info if isinstance(info, str) else info(), autocommit=True)
+                    listener.execute(f"LISTEN {changes_repo.CHANNEL}")
+                for _ in listener.notifies(timeout=self.poll_seconds, stop_after=1):
+                    pass
+            except Exception:  # no notifications: fall back to polling
+                if listener is not None:
+                    listener.close()
+                listener = None
+                if self._stop.wait(self.poll_seconds):
+                    break
             try:
                 with self.pool.connection() as conn:
                     self.state.catch_up(conn)
                     self.check_alias(conn)
             except Exception:  # keep serving on the current snapshot; retry next tick
                 log.exception("index watcher tick failed")
+        if listener is not None:
+            listener.close()
 
     def check_alias(self, conn: psycopg.Connection) -> str | None:
         """Switch to the alias's version if it moved; returns the new version id."""
