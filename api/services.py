@@ -14,31 +14,9 @@ from retrieve.service import Scorer, SearchService
 
 def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
     """The background ingestion runner (own embedder, resumes unfinished jobs)."""
-    from index.embedder import load_embedder
-    from ingest.pipeline import ChunkingConfig
-    from jobs.runner import IngestRunner, RunnerConfig
+    from jobs.commands import make_runner
 
-    config = RunnerConfig(
-        conninfo=app.state.database_url,
-        model_name=settings.embedding_model,
-        chunking=ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap),
-        data_dir=settings.data_dir,
-        inline_max_documents=settings.ingest.inline_max_documents,
-        ray_address=settings.ray_address,
-        embed_actors=settings.ingest.workers,
-        embed_batch=settings.ingest.embed_batch_size,
-    )
-    runner = IngestRunner(
-        config,
-        lambda: (
-            embedder
-            or load_embedder(
-                settings.embedding_model,
-                device=settings.embedding_device,
-                batch_size=settings.ingest.embed_batch_size,
-            )
-        ),
-    )
+    runner = make_runner(settings, app.state.database_url, embedder=embedder)
     runner.start(resume=True)
     app.state.runner = runner
     return runner.close

@@ -8,8 +8,6 @@ are often relevant documents nobody judged.
 
 from __future__ import annotations
 
-import csv
-import json
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -48,7 +46,7 @@ class BeirCollection:
 
 
 def load_beir(root: Path, *, split: str = "test") -> BeirCollection:
-    """Read ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv`` from a BEIR folder.
+    """The collection in memory, read with the evaluation harness's loader.
 
     Args:
         root: the collection folder, e.g. ``../shared/data/cranfield``.
@@ -60,24 +58,15 @@ def load_beir(root: Path, *, split: str = "test") -> BeirCollection:
     Raises:
         ConfigError: a file is missing.
     """
-    files = [root / "corpus.jsonl", root / "queries.jsonl", root / "qrels" / f"{split}.tsv"]
-    for path in files:
-        if not path.is_file():
-            raise ConfigError(f"BEIR file not found: {path}")
-    docs: dict[str, tuple[str, str]] = {}
-    for row in _jsonl(files[0]):
-        docs[str(row["_id"])] = (row.get("title") or "", row.get("text") or "")
-    queries = {str(row["_id"]): row.get("text") or "" for row in _jsonl(files[1])}
-    qrels: dict[str, dict[str, int]] = {}
-    with files[2].open(encoding="utf-8", newline="") as fh:
-        for row in csv.DictReader(fh, delimiter="\t"):
-            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
-    return BeirCollection(name=root.name, docs=docs, queries=queries, qrels=qrels)
+    from bench.metrics import load_beir as load_collection
 
-
-def _jsonl(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    try:
+        collection = load_collection(root, split=split)
+        docs = {d.doc_id: (d.title or "", d.text or "") for d in collection.iter_corpus()}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"BEIR collection not found or unreadable at {root}: {exc}") from exc
+    qrels = {q: dict(judged) for q, judged in collection.qrels.items()}
+    return BeirCollection(name=root.name, docs=docs, queries=dict(collection.queries), qrels=qrels)
 
 
 def tokenize(text: str) -> list[str]:
