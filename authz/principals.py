@@ -6,15 +6,17 @@ refused within one second on every replica without a database round trip per req
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
 
-from psycopg_pool import ConnectionPool
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from authz.api_keys import hash_token, parse_token, verify_token
 from catalog import principals as repo
-from core.errors import AuthenticationError, PermissionDeniedError
+from core.errors import AuthenticationError, PermissionDeniedError, UnavailableError
 
 _TOUCH_EVERY_S = 60.0
 
@@ -89,12 +91,27 @@ class KeyAuthenticator:
             can_delegate=row.can_delegate,
         )
 
+    def with_current_groups(self, principal: Principal) -> Principal:
+        """The principal with its groups read now: a group change is effective on every
+        replica from the response that acknowledged it, not after the key cache expires."""
+        try:
+            with self._pool.connection() as conn:
+                groups = repo.groups_of(
+                    conn, tenant_id=principal.tenant_id, principal_id=principal.principal_id
+                )
+        except (psycopg.Error, PoolTimeout) as exc:  # no group data: fail closed
+            raise UnavailableError("permission data is unavailable; refusing to search") from exc
+        return dataclasses.replace(principal, groups=groups)
+
     def delegate(self, caller: Principal, as_principal: str) -> Principal:
         """The end user a delegating key acts for, with groups from the catalog."""
         if not caller.can_delegate:
             raise PermissionDeniedError("this key may not act as another principal")
-        with self._pool.connection() as conn:
-            groups = repo.groups_of(conn, tenant_id=caller.tenant_id, principal_id=as_principal)
+        try:
+            with self._pool.connection() as conn:
+                groups = repo.groups_of(conn, tenant_id=caller.tenant_id, principal_id=as_principal)
+        except (psycopg.Error, PoolTimeout) as exc:  # no group data: fail closed
+            raise UnavailableError("permission data is unavailable; refusing to search") from exc
         return Principal(
             tenant_id=caller.tenant_id,
             principal_id=as_principal,

@@ -105,9 +105,11 @@ def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> d
     service: SearchService | None = getattr(request.app.state, "search", None)
     if service is None:
         raise UnavailableError("the search service is not running")
+    auth: KeyAuthenticator = request.app.state.auth
     if body.as_principal is not None:
-        auth: KeyAuthenticator = request.app.state.auth
         principal = auth.delegate(principal, validate_principal_id(body.as_principal))
+    else:
+        principal = auth.with_current_groups(principal)
     acl = build_acl_filter(principal, _filters(body.filters))
     req = RetrieveRequest(
         query=re.sub(r"\s+", " ", body.query),
