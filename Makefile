@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch lies on disk; installing it first stops pip pulling a CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[cpu,dev]"
+	$(PY) -m pip install -q -e ".[cpu,dev,onnx]"
 	touch $(STAMP)
 
 setup: $(STAMP)

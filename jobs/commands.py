@@ -108,11 +108,26 @@ class Progress:
         sys.stderr.flush()
 
 
+def embedding_spec(settings: Settings, *, batch_size: int | None = None) -> Any:
+    """The embedder every process builds from these settings (API, CLI, Ray actors)."""
+    from index.embedder import EmbeddingSpec
+    from index.onnx_export import onnx_cache_dir
+
+    return EmbeddingSpec(
+        model_name=settings.embedding_model,
+        device=settings.embedding_device,
+        backend=settings.embedding_backend,
+        onnx_dir=onnx_cache_dir(settings.data_dir.resolve(), settings.embedding_model),
+        threads=settings.embedding_threads,
+        batch_size=batch_size or settings.ingest.embed_batch_size,
+    )
+
+
 def make_runner(settings: Settings, url: str, *, use_ray: bool = True, embedder: Any = None) -> Any:
-    from index.embedder import load_embedder
     from ingest.pipeline import ChunkingConfig
     from jobs.runner import IngestRunner, RunnerConfig
 
+    spec = embedding_spec(settings)
     config = RunnerConfig(
         conninfo=url,
         model_name=settings.embedding_model,
@@ -123,18 +138,9 @@ def make_runner(settings: Settings, url: str, *, use_ray: bool = True, embedder:
         ray_address=settings.ray_address,
         embed_actors=settings.ingest.workers,
         embed_batch=settings.ingest.embed_batch_size,
+        embedding=spec,
     )
-    return IngestRunner(
-        config,
-        lambda: (
-            embedder
-            or load_embedder(
-                settings.embedding_model,
-                device=settings.embedding_device,
-                batch_size=settings.ingest.embed_batch_size,
-            )
-        ),
-    )
+    return IngestRunner(config, lambda: embedder or spec.load())
 
 
 def _url(settings: Settings) -> str:

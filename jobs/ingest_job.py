@@ -7,6 +7,7 @@ and a resumed job redoes only what is still pending.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import time
@@ -21,7 +22,7 @@ from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from catalog.jobs import ItemRow
 from core.errors import ParseError
-from index.embedder import Embedder
+from index.embedder import Embedder, EmbeddingSpec
 from ingest.pipeline import (
     ChunkingConfig,
     Embedded,
@@ -47,6 +48,7 @@ class JobContext:
     model_name: str
     chunking: ChunkingConfig
     batch_documents: int = 8
+    embedding: EmbeddingSpec | None = None
 
 
 def prepare_item(
@@ -142,12 +144,9 @@ class _PrepareActor:
 
 
 class _EmbedActor:
-    def __init__(self, model_name: str, batch_size: int) -> None:
-        from index.embedder import SentenceTransformerEmbedder
-
-        self.embedder = SentenceTransformerEmbedder(
-            model_name, batch_size=batch_size, threads=1
-        )  # device: auto
+    def __init__(self, spec: EmbeddingSpec) -> None:
+        # One intra-op thread per actor: two single-threaded actors beat one two-thread actor.
+        self.embedder = dataclasses.replace(spec, threads=1).load()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         outcomes = [pickle.loads(b) for b in batch["blob"]]
@@ -155,6 +154,17 @@ class _EmbedActor:
         done = iter(_embed_outcomes(present, self.embedder))
         blobs = [pickle.dumps(next(done) if o is not None else None) for o in outcomes]
         return {"item_no": batch["item_no"], "blob": blobs}
+
+
+def _spec(ctx: JobContext, embed_batch: int) -> EmbeddingSpec:
+    spec = ctx.embedding or EmbeddingSpec(ctx.model_name, backend="torch")
+    spec = dataclasses.replace(spec, batch_size=embed_batch)
+    if spec.resolved_backend() == "onnx" and spec.onnx_dir is not None:
+        from index.embedder import resolve_model_path
+        from index.onnx_export import ensure_export
+
+        ensure_export(resolve_model_path(spec.model_name), spec.onnx_dir)  # once, before the actors
+    return spec
 
 
 def ray_results(
@@ -185,7 +195,7 @@ def ray_results(
     gpus = int(ray.cluster_resources().get("GPU", 0))
     ds = ds.map_batches(
         _EmbedActor,
-        fn_constructor_args=(ctx.model_name, embed_batch),
+        fn_constructor_args=(_spec(ctx, embed_batch),),
         batch_size=3 * ctx.batch_documents,  # ~30 chunks per encode call: fewer, fuller batches
         compute=ActorPoolStrategy(size=min(embed_actors, gpus) if gpus else embed_actors),
         num_cpus=0.75 if not gpus else 1,

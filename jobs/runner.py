@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 
 from catalog import jobs as jobs_repo
-from index.embedder import Embedder
+from index.embedder import Embedder, EmbeddingSpec
 from ingest.pipeline import ChunkingConfig
 from jobs.ingest_job import Cancelled, JobContext, run_inline, run_on_ray
 from jobs.ray_runtime import ensure_ray
@@ -41,6 +41,7 @@ class RunnerConfig:
     embed_actors: int = 2
     embed_batch: int = 32
     batch_documents: int = 8
+    embedding: EmbeddingSpec | None = None  # how Ray actors build their embedder
 
 
 class IngestRunner:
@@ -111,6 +112,7 @@ class IngestRunner:
                 self.config.model_name,
                 self.config.chunking,
                 self.config.batch_documents,
+                self.config.embedding,
             )
             error = None
             try:
