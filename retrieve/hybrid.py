@@ -26,8 +26,8 @@ from retrieve.serving import ServingIndex, ServingState
 class PlannerConfig:
     exact_max_allowed: int = 20_000
     exact_max_fraction: float = 0.02
-    overfetch_min_fraction: float = 0.5
-    ef_search: int = 64
+    overfetch_min_fraction: float = 0.9
+    ef_search: int = 128
     nprobe: int = 16
 
 

@@ -7,6 +7,7 @@ from datetime import date, datetime, time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from api.deps import QueryPrincipal
@@ -100,7 +101,7 @@ def _response(result: RetrieveResult) -> dict[str, Any]:
     }
 
 
-def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> dict[str, Any]:
+def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> JSONResponse:
     """Search as the key's principal (or, for a delegating key, as ``as_principal``)."""
     service: SearchService | None = getattr(request.app.state, "search", None)
     if service is None:
@@ -119,7 +120,8 @@ def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> d
         max_context_tokens=body.max_context_tokens,
         expand_parent=body.expand == "parent",
     )
-    return _response(service.retrieve(req, acl))
+    # Plain JSON types already: skip FastAPI's jsonable_encoder walk over every result.
+    return JSONResponse(_response(service.retrieve(req, acl)))
 
 
 router.add_api_route("/v1/retrieve", retrieve, methods=["POST"])
