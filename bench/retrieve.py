@@ -236,7 +236,7 @@ def database(tmp: Path) -> Iterator[str]:
 
 
 @contextmanager
-def server(url: str, data_dir: Path) -> Iterator[str]:
+def server(url: str, data_dir: Path, workers: int = 1) -> Iterator[str]:
     """``ragline serve`` as a subprocess (no reranker, ingestion in-process); yields its URL."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
@@ -253,7 +253,18 @@ def server(url: str, data_dir: Path) -> Iterator[str]:
     log_path = data_dir / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "core.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "core.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -312,6 +323,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--arrival", choices=["poisson", "fixed"], default="poisson")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     return p.parse_args()
 
 
@@ -337,7 +349,7 @@ def main() -> None:
         sequence = itertools.count()
         del corpus  # the server needs the memory more than we do
         t = time.perf_counter()
-        with server(url, tmp) as base:
+        with server(url, tmp, args.workers) as base:
             print(f"server ready in {time.perf_counter() - t:.1f}s")
             headers = {"Authorization": f"Bearer {token}"}
 
