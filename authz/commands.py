@@ -26,12 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _conninfo() -> str:
-    from catalog.connect import database_url
-    from catalog.db import apply_migrations
+    from catalog.connect import migrated_url
 
-    url = database_url(get_settings())
-    apply_migrations(url)
-    return url
+    return migrated_url(get_settings())
 
 
 def _create(args: argparse.Namespace) -> int:

@@ -18,3 +18,12 @@ def database_url(settings: Settings, *, start: bool = True) -> str:
     if start:
         return embedded.up(cluster)
     return cluster.url
+
+
+def migrated_url(settings: Settings) -> str:
+    """``database_url`` (starting the local cluster if needed) with every migration applied."""
+    from catalog.db import apply_migrations
+
+    url = database_url(settings)
+    apply_migrations(url)
+    return url

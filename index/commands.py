@@ -40,11 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _conn(settings: Settings) -> tuple[Any, str]:
     import psycopg
 
-    from catalog.connect import database_url
-    from catalog.db import apply_migrations
+    from catalog.connect import migrated_url
 
-    url = database_url(settings)
-    apply_migrations(url)
+    url = migrated_url(settings)
     return psycopg.connect(url), url
 
 

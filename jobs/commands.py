@@ -144,12 +144,9 @@ def make_runner(settings: Settings, url: str, *, use_ray: bool = True, embedder:
 
 
 def _url(settings: Settings) -> str:
-    from catalog.connect import database_url
-    from catalog.db import apply_migrations
+    from catalog.connect import migrated_url
 
-    url = database_url(settings)
-    apply_migrations(url)
-    return url
+    return migrated_url(settings)
 
 
 def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str | None]:
