@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from core.errors import RaglineError
 
@@ -36,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # platformdirs (pulled in by a dependency) warns on every run where XDG_RUNTIME_DIR is unset.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
