@@ -55,11 +55,14 @@ def apply_migrations(conninfo: str) -> list[int]:
     """Apply every pending migration; returns the numbers applied by this call."""
     applied_now: list[int] = []
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (number integer PRIMARY KEY,"
-            " name text NOT NULL, checksum text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        with conn.transaction():
+            # Under the lock too: concurrent CREATE TABLE IF NOT EXISTS can fail on pg_type.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (number integer PRIMARY KEY,"
+                " name text NOT NULL, checksum text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
         for migration in load_migrations():
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
