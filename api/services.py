@@ -109,7 +109,13 @@ def _reranker(settings: Settings) -> tuple[Scorer | None, list[Callable[[], None
     from rerank.batching import BatchingReranker
     from rerank.cross_encoder import load_reranker
 
-    model = load_reranker(settings.rerank.model, device=settings.embedding_device)
+    model = load_reranker(
+        settings.rerank.model,
+        device=settings.embedding_device,
+        backend=settings.rerank.backend,
+        data_dir=settings.data_dir.resolve(),
+        threads=settings.rerank.threads,
+    )
     batching = BatchingReranker(
         model,
         max_batch_tokens=settings.rerank.max_batch_tokens,

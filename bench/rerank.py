@@ -1,11 +1,18 @@
 """Train a reranker on one collection's qrels, then measure its quality and CPU latency.
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m bench.rerank --collection cranfield
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.rerank --latency-only --model DIR --backends torch,onnx
 
 Queries are split by id parity: odd ids give the training pairs (judged positives and BM25
 hard negatives), even ids are held out. On the held-out queries the BM25 top ``--depth`` is
-reranked and nDCG@10 is compared with BM25 alone and with an RRF blend of both rankings.
-Latency is the wall time of ``CrossEncoderReranker.score`` for one query and N candidates.
+reranked (with the first of ``--backends``) and nDCG@10 is compared with BM25 alone and with
+an RRF blend of both rankings. ``--latency-only`` skips training and evaluation.
+
+Latency is the wall time of ``score`` for one query and N candidates drawn from the corpus,
+the same candidates for every backend; the backends take turns within each of ``--repeats``
+rounds so that load from other processes hits them alike. ``x torch`` is the median latency
+over torch's at the same N; ``max |diff|`` the largest difference of a raw logit from
+torch's. Both backends run on ``--threads`` threads.
 """
 
 from __future__ import annotations
@@ -14,8 +21,11 @@ import argparse
 import logging
 import random
 import statistics
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from bench.common import print_table
 from bench.metrics import ndcg_at_k
@@ -28,7 +38,7 @@ from rerank import (
     train_reranker,
     write_model_card,
 )
-from rerank.cross_encoder import CrossEncoderReranker
+from rerank.cross_encoder import Backend, BatchedCrossEncoder
 from rerank.data import tokenize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,9 +59,17 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--depth", type=int, default=20, help="BM25 candidates reranked per held-out query")
-    parser.add_argument("--latency-queries", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-training", action="store_true", help="reuse the model in --out-dir")
+    parser.add_argument(
+        "--latency-only", action="store_true", help="no training or evaluation: time --model only"
+    )
+    parser.add_argument("--model", type=Path, default=None, help="reranker folder (default: --out-dir)")
+    parser.add_argument("--backends", default="torch,onnx", help="comma-separated: torch, onnx")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of every backend")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per backend and N")
+    parser.add_argument("--candidates", default="20,50,100", help="comma-separated candidate counts")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="ONNX export cache (default: temp)")
     return parser.parse_args()
 
 
@@ -85,7 +103,7 @@ def _rrf(*rankings: list[str]) -> list[str]:
 
 
 def _evaluate(
-    reranker: CrossEncoderReranker,
+    reranker: BatchedCrossEncoder,
     collection: BeirCollection,
     held_out: dict[str, dict[str, int]],
     depth: int,
@@ -109,23 +127,62 @@ def _evaluate(
 
 
 def _latency(
-    reranker: CrossEncoderReranker, collection: BeirCollection, n_queries: int, seed: int
+    rerankers: dict[str, BatchedCrossEncoder],
+    collection: BeirCollection,
+    counts: Sequence[int],
+    repeats: int,
+    seed: int,
 ) -> list[list[object]]:
     rng = random.Random(seed)
     texts = list(collection.corpus.values())
-    queries = rng.sample(sorted(collection.queries.values()), n_queries)
-    reranker.score(queries[0], texts[:8])  # warm-up: lazy allocations, first-call overhead
+    query = rng.choice(sorted(collection.queries.values()))
+    print(f"latency query: {query!r}; candidates drawn from {len(texts)} {collection.name} documents")
+    for reranker in rerankers.values():
+        reranker.score(query, texts[:8])  # warm-up: lazy allocations, first-call overhead
     rows: list[list[object]] = []
-    for n in (20, 50, 100):
-        times = []
-        for query in queries:
-            candidates = rng.sample(texts, n)
-            started = time.perf_counter()
-            reranker.score(query, candidates)
-            times.append(time.perf_counter() - started)
-        mean = statistics.fmean(times)
-        rows.append([n, len(queries), mean * 1000, max(times) * 1000, n / mean])
+    for n in counts:
+        candidates = rng.sample(texts, n)
+        times: dict[str, list[float]] = {name: [] for name in rerankers}
+        scores: dict[str, list[float]] = {}
+        for _ in range(repeats):
+            for name, reranker in rerankers.items():
+                started = time.perf_counter()
+                scores[name] = reranker.score(query, candidates)
+                times[name].append(time.perf_counter() - started)
+        base = statistics.median(times["torch"]) if "torch" in times else None
+        for name in rerankers:
+            median = statistics.median(times[name])
+            diff = (
+                f"{max(abs(a - b) for a, b in zip(scores[name], scores['torch'], strict=True)):.1e}"
+                if "torch" in scores
+                else "-"
+            )
+            ratio = f"{median / base:.2f}" if base else "-"
+            rows.append([n, name, median * 1000, n / median, ratio, diff])
     return rows
+
+
+def _load(args: argparse.Namespace, model: Path, cache: Path) -> dict[str, BatchedCrossEncoder]:
+    import torch
+
+    # Equal footing: torch's pool is process-wide, the ONNX session takes its own count.
+    torch.set_num_threads(args.threads)
+    rerankers: dict[str, BatchedCrossEncoder] = {}
+    for name in args.backends.split(","):
+        if name not in ("torch", "onnx"):
+            raise SystemExit(f"unknown backend {name!r}; choose torch and/or onnx")
+        started = time.perf_counter()
+        rerankers[name] = load_reranker(
+            str(model),
+            device="cpu",
+            max_length=args.max_length,
+            backend=cast(Backend, name),
+            data_dir=cache,
+            threads=args.threads,
+        )
+        note = " (exported to ONNX unless cached)" if name == "onnx" else ""
+        print(f"loaded {name} in {time.perf_counter() - started:.1f} s{note}")
+    return rerankers
 
 
 def main() -> None:
@@ -137,7 +194,7 @@ def main() -> None:
     collection = load_beir(args.data_dir / args.collection)
     train_qrels, held_out = _split(collection)
     report: TrainReport | None = None
-    if not args.skip_training:
+    if not (args.skip_training or args.latency_only):
         pairs = pairs_from_qrels(
             collection.corpus,
             collection.queries,
@@ -161,17 +218,23 @@ def main() -> None:
             f"{report.steps} steps in {report.seconds}s; "
             f"loss {report.first_loss:.3f} -> {report.final_loss:.3f}"
         )
-    reranker = load_reranker(str(args.out_dir), device="cpu", max_length=args.max_length)
-    quality = _evaluate(reranker, collection, held_out, args.depth)
-    print_table(["run", "nDCG@10 (held-out)"], [[name, value] for name, value in quality.items()])
-    if report is not None:
-        write_model_card(
-            report,
-            eval_results={f"{args.collection} held-out {k}": {"ndcg@10": v} for k, v in quality.items()},
-        )
-    print()
-    rows = _latency(reranker, collection, args.latency_queries, args.seed)
-    print_table(["candidates", "queries", "mean ms/query", "max ms", "pairs/s"], rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.out_dir if report is not None else (args.model or args.out_dir)
+        rerankers = _load(args, model, args.cache_dir or Path(tmp))
+        if not args.latency_only:
+            quality = _evaluate(next(iter(rerankers.values())), collection, held_out, args.depth)
+            print_table(["run", "nDCG@10 (held-out)"], [[name, value] for name, value in quality.items()])
+            if report is not None:
+                write_model_card(
+                    report,
+                    eval_results={
+                        f"{args.collection} held-out {k}": {"ndcg@10": v} for k, v in quality.items()
+                    },
+                )
+            print()
+        counts = [int(n) for n in args.candidates.split(",")]
+        rows = _latency(rerankers, collection, counts, args.repeats, args.seed)
+    print_table(["candidates", "backend", "median ms", "pairs/s", "x torch", "max |diff| vs torch"], rows)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Export a sentence-transformers model to ONNX once, into a cache folder, and reuse it.
+"""Export transformer models to ONNX once, into a cache folder, and reuse them.
 
 sentence-transformers' own ONNX backend needs ``optimum-onnx``, which pins
 ``transformers<4.58`` and so cannot live next to transformers 5. This module exports the
@@ -8,6 +8,10 @@ and leaves pooling and normalisation to numpy, so the run-time side needs only
 the SDPA graph traces into ops onnxruntime runs slowly on long batches (measured 16 vs 28
 passages/s), while the eager one is recognised by onnxruntime's BERT fusions (fused
 Attention, SkipLayerNormalization, BiasGelu), which are applied before publishing.
+
+The building blocks (:func:`source_fingerprint`, :func:`read_meta`,
+:func:`export_transformer`, :func:`publish_export`) are shared with the cross-encoder
+export in ``rerank.onnx``; the rest of this module is the embedding model's export.
 
 Layout of an export folder (``<data_dir>/models/<name>-onnx/``)::
 
@@ -33,6 +37,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,8 @@ OPSET = 17
 MODEL_FILE = "model.onnx"
 META_FILE = "meta.json"
 INSTALL_HINT = 'the ONNX embedding backend needs `pip install -e ".[onnx]"` (onnxruntime, onnx)'
+# The order the exported graphs take their inputs in (a subset, per tokenizer).
+INPUT_ORDER = ("input_ids", "attention_mask", "token_type_ids")
 
 # Varied probes: a one-word query, unicode, and a passage past max_seq_length (truncation).
 PROBE_TEXTS = (
@@ -77,17 +84,21 @@ class OnnxExport:
         return self.path / MODEL_FILE
 
 
-def onnx_cache_dir(data_dir: Path, model_name: str) -> Path:
-    """The conventional export folder for a model: ``<data_dir>/models/<slug>-onnx``."""
+def onnx_cache_dir(data_dir: Path, model_name: str, *, suffix: str = "onnx") -> Path:
+    """The conventional export folder for a model: ``<data_dir>/models/<slug>-<suffix>``."""
     base = model_name.rstrip("/").split(":")[-1].split("/")[-1] or "model"
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", base)
-    return data_dir / "models" / f"{slug}-onnx"
+    return data_dir / "models" / f"{slug}-{suffix}"
 
 
-def source_fingerprint(model_path: str) -> str:
-    """Identity of the source model: names, sizes and mtimes of its files (or the hub name)."""
+def source_fingerprint(model_path: str, *, format_version: int | str = FORMAT_VERSION) -> str:
+    """Identity of the source model: names, sizes and mtimes of its files (or the hub name).
+
+    ``format_version`` is mixed in, so a change to an export's layout invalidates old copies
+    and two kinds of export made from one folder never match each other.
+    """
     root = Path(model_path)
-    digest = hashlib.sha256(f"v{FORMAT_VERSION}".encode())
+    digest = hashlib.sha256(f"v{format_version}".encode())
     if not root.is_dir():
         digest.update(model_path.encode())
         return digest.hexdigest()
@@ -97,17 +108,25 @@ def source_fingerprint(model_path: str) -> str:
     return digest.hexdigest()
 
 
-def read_export(out_dir: Path, fingerprint: str) -> OnnxExport | None:
-    """The export in ``out_dir`` when it is complete and made from this source, else None."""
+def read_meta(out_dir: Path, *, format_version: int | str, fingerprint: str) -> dict[str, Any] | None:
+    """The meta of the export in ``out_dir`` when it is complete and made from this source."""
     try:
         meta = json.loads((out_dir / META_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if meta.get("format") != FORMAT_VERSION or meta.get("fingerprint") != fingerprint:
+    if not isinstance(meta, dict):
+        return None
+    if meta.get("format") != format_version or meta.get("fingerprint") != fingerprint:
         return None
     if not (out_dir / MODEL_FILE).is_file():
         return None
-    return _export_from_meta(out_dir, meta)
+    return meta
+
+
+def read_export(out_dir: Path, fingerprint: str) -> OnnxExport | None:
+    """The export in ``out_dir`` when it is complete and made from this source, else None."""
+    meta = read_meta(out_dir, format_version=FORMAT_VERSION, fingerprint=fingerprint)
+    return None if meta is None else _export_from_meta(out_dir, meta)
 
 
 def ensure_export(model_path: str, out_dir: Path) -> OnnxExport:
@@ -119,12 +138,20 @@ def ensure_export(model_path: str, out_dir: Path) -> OnnxExport:
     return export_model(model_path, out_dir, fingerprint=fingerprint)
 
 
-def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExport:
-    """Export, verify and atomically publish ``out_dir``; ConfigError when the output differs."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+def require_exporter(hint: str) -> None:
+    """ConfigError(hint) unless both ``onnx`` (for the exporter) and ``onnxruntime`` import."""
     try:
         import onnx  # noqa: F401  (the TorchScript exporter imports it)
         import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(hint) from exc
+
+
+def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExport:
+    """Export, verify and atomically publish ``out_dir``; ConfigError when the output differs."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    require_exporter(INSTALL_HINT)
+    try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise ConfigError(INSTALL_HINT) from exc
@@ -135,14 +162,21 @@ def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExp
     pooling, normalize = _pipeline_shape(model)
     # Before the export switches the encoder to eager attention: the reference is the model as loaded.
     reference = model.encode(list(PROBE_TEXTS), normalize_embeddings=True, convert_to_numpy=True)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    tmp.chmod(0o755)
-    try:
-        input_names = _export_encoder(model, tmp / "traced.onnx")
-        _fuse(tmp / "traced.onnx", tmp / MODEL_FILE, model[0].auto_model.config)
-        (tmp / "traced.onnx").unlink()
-        model.tokenizer.save_pretrained(str(tmp))
+
+    def build(folder: Path) -> dict[str, Any]:
+        tokenizer = model.tokenizer
+        sample = tokenizer(
+            ["a short one", "and a somewhat longer second sample"], padding=True, return_tensors="pt"
+        )
+        input_names = export_transformer(
+            model[0].auto_model,
+            sample,
+            folder,
+            output="last_hidden_state",
+            output_name="token_embeddings",
+            output_axes={0: "batch", 1: "sequence"},
+        )
+        tokenizer.save_pretrained(str(folder))
         meta: dict[str, Any] = {
             "format": FORMAT_VERSION,
             "fingerprint": fingerprint,
@@ -153,11 +187,10 @@ def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExp
             "normalize": normalize,
             "input_names": list(input_names),
         }
-        meta["min_cosine"] = _verified_cosine(tmp, meta, reference)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-        _publish(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        meta["min_cosine"] = _verified_cosine(folder, meta, reference)
+        return meta
+
+    meta = publish_export(out_dir, build)
     log.info("exported %s to ONNX in %s (min cosine %.6f)", model_path, out_dir, meta["min_cosine"])
     return _export_from_meta(out_dir, meta)
 
@@ -174,6 +207,88 @@ def pool(
     if normalize:
         vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
     return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def export_transformer(
+    module: Any,
+    sample: Mapping[str, Any],
+    folder: Path,
+    *,
+    output: str,
+    output_name: str,
+    output_axes: dict[int, str],
+) -> tuple[str, ...]:
+    """Trace a Hugging Face model into ``folder/model.onnx`` with eager attention, then fuse it.
+
+    Args:
+        module: a ``transformers`` model (``BertModel``, ``BertForSequenceClassification``...);
+            switched to eager attention and eval mode in place.
+        sample: tokenizer output (``return_tensors="pt"``) to trace with; its keys, in
+            ``INPUT_ORDER``, become the graph's inputs, batch and sequence axes dynamic.
+        folder: where ``model.onnx`` is written (an intermediate file is removed).
+        output: attribute of the model's output to export (``last_hidden_state``, ``logits``).
+        output_name: the graph output's name.
+        output_axes: dynamic axes of that output, e.g. ``{0: "batch"}``.
+
+    Returns:
+        The graph's input names, in order.
+    """
+    import torch
+
+    module = module.eval()
+    if hasattr(module, "set_attn_implementation"):
+        module.set_attn_implementation("eager")
+    names = tuple(name for name in INPUT_ORDER if name in sample)
+
+    class Traced(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return getattr(self.inner(**dict(zip(names, inputs, strict=True))), output)
+
+    traced = folder / "traced.onnx"
+    axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in names}
+    axes[output_name] = output_axes
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shape-dependent Python branches
+        torch.onnx.export(
+            Traced(),
+            tuple(sample[name] for name in names),
+            str(traced),
+            dynamo=False,
+            input_names=list(names),
+            output_names=[output_name],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+        )
+    _fuse(traced, folder / MODEL_FILE, module.config)
+    traced.unlink()
+    return names
+
+
+def publish_export(out_dir: Path, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Build an export in a temporary sibling of ``out_dir`` and publish it atomically.
+
+    Args:
+        out_dir: the export folder; an existing one is replaced.
+        build: writes ``model.onnx`` and whatever else into the folder it is given, verifies
+            it (raising to abandon the export) and returns the meta to write as ``meta.json``.
+
+    Returns:
+        The meta written.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    tmp.chmod(0o755)
+    try:
+        meta = build(tmp)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+        _publish(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return meta
 
 
 def _export_from_meta(out_dir: Path, meta: dict[str, Any]) -> OnnxExport:
@@ -197,44 +312,6 @@ def _pipeline_shape(model: Any) -> tuple[str, bool]:
     if mode not in ("mean", "cls"):
         raise ConfigError(f"the ONNX backend supports mean or cls pooling, not {mode!r}")
     return mode, names[2:] == ["Normalize"]
-
-
-def _export_encoder(model: Any, target: Path) -> tuple[str, ...]:
-    import torch
-
-    encoder = model[0].auto_model.eval()
-    if hasattr(encoder, "set_attn_implementation"):
-        encoder.set_attn_implementation("eager")
-    tokenizer = model.tokenizer
-    names = tuple(
-        n for n in ("input_ids", "attention_mask", "token_type_ids") if n in tokenizer.model_input_names
-    )
-
-    class TokenEmbeddings(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-            return self.encoder(**dict(zip(names, inputs, strict=True))).last_hidden_state
-
-    sample = tokenizer(
-        ["a short one", "and a somewhat longer second sample"], padding=True, return_tensors="pt"
-    )
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*names, "token_embeddings")}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about shape-dependent Python branches
-        torch.onnx.export(
-            TokenEmbeddings(),
-            tuple(sample[name] for name in names),
-            str(target),
-            dynamo=False,
-            input_names=list(names),
-            output_names=["token_embeddings"],
-            dynamic_axes=axes,
-            opset_version=OPSET,
-        )
-    return names
 
 
 def _verified_cosine(folder: Path, meta: dict[str, Any], reference: np.ndarray) -> float:

@@ -5,6 +5,7 @@ Importing the package is cheap; torch and sentence-transformers load on first us
 
 from rerank.batching import BatchingReranker, RerankTimeout
 from rerank.cross_encoder import (
+    BatchedCrossEncoder,
     CrossEncoderReranker,
     PairScorer,
     Reranker,
@@ -16,6 +17,7 @@ from rerank.data import BeirCollection, TrainingPair, load_beir, pairs_from_corp
 from rerank.training import TrainReport, default_base, train_reranker, write_model_card
 
 __all__ = [
+    "BatchedCrossEncoder",
     "BatchingReranker",
     "BeirCollection",
     "CrossEncoderReranker",

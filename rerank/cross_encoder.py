@@ -3,7 +3,9 @@
 The model is loaded by path or hub name (offline machines can only load local folders, e.g.
 one written by :func:`rerank.training.train_reranker`). Pairs are truncated to the model's
 maximum length and scored in batches whose padded size is capped in tokens, so one request
-with long passages cannot blow up memory or latency.
+with long passages cannot blow up memory or latency. Two backends share that logic
+(:class:`BatchedCrossEncoder`): PyTorch (:class:`CrossEncoderReranker`) and ONNX Runtime on
+an export of the same model (``rerank.onnx_backend.OnnxCrossEncoderReranker``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import copy
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
 from core.errors import ConfigError
 
@@ -94,39 +97,39 @@ def token_batches(lengths: Sequence[int], *, max_batch_tokens: int, max_batch_pa
     return batches
 
 
-class CrossEncoderReranker:
-    """A :class:`Reranker` over a loaded sentence-transformers ``CrossEncoder``.
+class BatchedCrossEncoder(ABC):
+    """A :class:`PairScorer` and :class:`Reranker` whose backend scores one padded batch.
 
-    Scores are the model's raw logits (no sigmoid), so they keep their resolution at the
-    extremes; only their order is meaningful across models.
+    Shared by both backends, so they see the same inputs: each text is cut to a length that
+    cannot change its tokens, pairs are counted after truncation to ``max_length``, and
+    grouped into batches whose padded size is capped in tokens. Scores are the model's raw
+    logits (no sigmoid), so they keep their resolution at the extremes; only their order is
+    meaningful across models.
     """
 
-    def __init__(self, model: CrossEncoder, *, max_batch_tokens: int = 8192, max_batch_pairs: int = 128):
+    def __init__(self, tokenizer: Any, *, max_batch_tokens: int, max_batch_pairs: int) -> None:
         if max_batch_tokens < 1 or max_batch_pairs < 1:
             raise ConfigError("max_batch_tokens and max_batch_pairs must be positive")
-        self._model = model
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_pairs = max_batch_pairs
         # Fast tokenizers raise "Already borrowed" when two threads use one concurrently, so
         # callers count tokens with their own copy while the scoring thread uses the model's.
-        self._count_tokenizer = copy.deepcopy(model.tokenizer)
+        self._count_tokenizer = copy.deepcopy(tokenizer)
         self._count_lock = threading.Lock()
         # One forward pass at a time: on a few CPU cores concurrent passes only thrash.
         self._model_lock = threading.Lock()
 
     @property
-    def model(self) -> CrossEncoder:
-        return self._model
+    @abstractmethod
+    def max_length(self) -> int: ...
 
     @property
-    def max_length(self) -> int:
-        # A model without a configured limit still cannot take more than its positions.
-        limit = self._model.max_seq_length
-        return int(limit) if limit is not None else 512
+    @abstractmethod
+    def device(self) -> str: ...
 
-    @property
-    def device(self) -> str:
-        return str(self._model.device)
+    @abstractmethod
+    def _forward(self, pairs: list[Pair]) -> list[float]:
+        """Raw logits for one batch, truncated longest-first to ``max_length``; under the model lock."""
 
     def _cut(self, text: str) -> str:
         limit = self.max_length * _CHARS_PER_TOKEN_CUT
@@ -157,25 +160,15 @@ class CrossEncoderReranker:
         """
         if not pairs:
             return []
-        import torch
-
         cut = [(self._cut(q), self._cut(p)) for q, p in pairs]
         lengths = self.pair_tokens(cut)
         scores = [0.0] * len(cut)
-        identity = torch.nn.Identity()
         for batch in token_batches(
             lengths, max_batch_tokens=self.max_batch_tokens, max_batch_pairs=self.max_batch_pairs
         ):
-            # The tokenizer truncates (longest_first) to the model's max_length.
             with self._model_lock:
-                out = self._model.predict(
-                    [cut[i] for i in batch],
-                    batch_size=len(batch),
-                    show_progress_bar=False,
-                    activation_fn=identity,
-                    convert_to_tensor=True,
-                )
-            for i, value in zip(batch, out.float().cpu().tolist(), strict=True):
+                values = self._forward([cut[i] for i in batch])
+            for i, value in zip(batch, values, strict=True):
                 scores[i] = float(value)
         return scores
 
@@ -192,6 +185,41 @@ class CrossEncoderReranker:
         return self.score_pairs([(query, passage) for passage in passages])
 
 
+class CrossEncoderReranker(BatchedCrossEncoder):
+    """The PyTorch backend: a loaded sentence-transformers ``CrossEncoder``."""
+
+    def __init__(self, model: CrossEncoder, *, max_batch_tokens: int = 8192, max_batch_pairs: int = 128):
+        super().__init__(model.tokenizer, max_batch_tokens=max_batch_tokens, max_batch_pairs=max_batch_pairs)
+        self._model = model
+
+    @property
+    def model(self) -> CrossEncoder:
+        return self._model
+
+    @property
+    def max_length(self) -> int:
+        # A model without a configured limit still cannot take more than its positions.
+        limit = self._model.max_seq_length
+        return int(limit) if limit is not None else 512
+
+    @property
+    def device(self) -> str:
+        return str(self._model.device)
+
+    def _forward(self, pairs: list[Pair]) -> list[float]:
+        import torch
+
+        # The tokenizer truncates (longest_first) to the model's max_length.
+        out = self._model.predict(
+            pairs,
+            batch_size=len(pairs),
+            show_progress_bar=False,
+            activation_fn=torch.nn.Identity(),
+            convert_to_tensor=True,
+        )
+        return [float(v) for v in out.float().cpu().tolist()]
+
+
 def _looks_like_path(name_or_path: str) -> bool:
     # Hub ids are "name" or "org/name"; anything else with a separator is meant as a folder.
     return (
@@ -201,6 +229,29 @@ def _looks_like_path(name_or_path: str) -> bool:
     )
 
 
+Backend = Literal["auto", "torch", "onnx"]
+
+
+def resolve_backend(backend: str, *, device: str, data_dir: Path | None) -> Literal["torch", "onnx"]:
+    """The backend ``load_reranker`` will use; ``auto`` is ONNX on CPU when it can be exported.
+
+    ``auto`` picks ONNX when the device resolves to CPU, a ``data_dir`` for the export cache
+    is given and both ``onnxruntime`` and ``onnx`` import; PyTorch otherwise.
+    """
+    if backend not in get_args(Backend):
+        raise ConfigError(f"unknown reranker backend {backend!r}; choose one of {get_args(Backend)}")
+    if backend != "auto":
+        return "onnx" if backend == "onnx" else "torch"
+    if data_dir is None or resolve_device(device) != "cpu":
+        return "torch"
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "torch"
+    return "onnx"
+
+
 def load_reranker(
     name_or_path: str,
     *,
@@ -208,31 +259,79 @@ def load_reranker(
     max_length: int | None = None,
     max_batch_tokens: int = 8192,
     max_batch_pairs: int = 128,
-) -> CrossEncoderReranker:
-    """Load a sentence-transformers CrossEncoder by local path or hub name.
+    backend: Backend = "torch",
+    data_dir: Path | None = None,
+    threads: int | None = None,
+) -> BatchedCrossEncoder:
+    """Load a sentence-transformers CrossEncoder by local path or hub name, on the chosen backend.
 
     Args:
         name_or_path: a CrossEncoder folder (e.g. written by ``train_reranker``) or a hub id.
-        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``;
+            the ONNX backend runs on CPU only.
         max_length: cap on tokens per pair; defaults to the model's own maximum.
         max_batch_tokens: cap on padded tokens per forward pass.
         max_batch_pairs: cap on pairs per forward pass.
+        backend: ``torch``, ``onnx`` (onnxruntime, the ``.[onnx]`` extra) or ``auto``
+            (see :func:`resolve_backend`); an ``auto`` ONNX export that fails falls back
+            to PyTorch with a warning.
+        data_dir: the ONNX export is cached in ``<data_dir>/models/<name>-rerank-onnx``.
+        threads: the ONNX session's intra-op threads (default 1). PyTorch's thread count
+            is process-wide and shared with the embedder, so it is left alone.
 
     Returns:
         The reranker, ready to score.
 
     Raises:
-        ConfigError: the folder does not exist, or the model cannot be loaded from it.
+        ConfigError: the folder does not exist, the model cannot be loaded or exported from
+            it, or ``backend="onnx"`` without ``data_dir`` or onnxruntime.
     """
+    path = Path(name_or_path).expanduser()
+    if not path.exists() and _looks_like_path(name_or_path):
+        raise ConfigError(f"reranker model folder not found: {name_or_path}")
+    source = str(path) if path.exists() else name_or_path
+    chosen = resolve_backend(backend, device=device, data_dir=data_dir)
+    batching = {"max_batch_tokens": max_batch_tokens, "max_batch_pairs": max_batch_pairs}
+    reranker: BatchedCrossEncoder
+    if chosen == "onnx":
+        if data_dir is None:
+            raise ConfigError("the onnx reranker backend needs data_dir for its export cache")
+        if resolve_device(device) != "cpu":
+            logger.warning("the onnx reranker backend runs on CPU; device %r ignored", device)
+        from rerank.onnx_backend import load_onnx_reranker
+
+        try:
+            reranker = load_onnx_reranker(
+                source, data_dir=data_dir, max_length=max_length, threads=threads, **batching
+            )
+        except Exception:  # an export can fail in many ways; "auto" means "PyTorch will do"
+            if backend == "onnx":
+                raise
+            logger.warning("ONNX reranker backend unavailable; using PyTorch", exc_info=True)
+            chosen = "torch"
+    if chosen == "torch":
+        reranker = CrossEncoderReranker(
+            load_cross_encoder(source, device=device, max_length=max_length), **batching
+        )
+    logger.info(
+        "loaded reranker",
+        extra={
+            "model": name_or_path,
+            "backend": chosen,
+            "device": reranker.device,
+            "max_length": reranker.max_length,
+        },
+    )
+    return reranker
+
+
+def load_cross_encoder(source: str, *, device: str, max_length: int | None = None) -> CrossEncoder:
+    """The sentence-transformers model, with a single label; ConfigError when it cannot load."""
     try:
         from sentence_transformers import CrossEncoder
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError(_INSTALL_HINT) from exc
 
-    path = Path(name_or_path).expanduser()
-    if not path.exists() and _looks_like_path(name_or_path):
-        raise ConfigError(f"reranker model folder not found: {name_or_path}")
-    source = str(path) if path.exists() else name_or_path
     kwargs: dict[str, Any] = {"device": resolve_device(device)}
     if max_length is not None:
         kwargs["max_length"] = max_length
@@ -240,13 +339,8 @@ def load_reranker(
         model = CrossEncoder(source, **kwargs)
     except (OSError, ValueError) as exc:
         raise ConfigError(
-            f"could not load reranker {name_or_path!r} (offline machines need a local folder): {exc}"
+            f"could not load reranker {source!r} (offline machines need a local folder): {exc}"
         ) from exc
     if model.num_labels != 1:
-        raise ConfigError(f"reranker {name_or_path!r} has {model.num_labels} labels; a reranker needs 1")
-    reranker = CrossEncoderReranker(model, max_batch_tokens=max_batch_tokens, max_batch_pairs=max_batch_pairs)
-    logger.info(
-        "loaded reranker",
-        extra={"model": name_or_path, "device": reranker.device, "max_length": reranker.max_length},
-    )
-    return reranker
+        raise ConfigError(f"reranker {source!r} has {model.num_labels} labels; a reranker needs 1")
+    return model

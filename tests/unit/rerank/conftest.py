@@ -1,12 +1,19 @@
-"""Fixtures for the rerank tests: one briefly trained cross-encoder per session."""
+"""Fixtures for the rerank tests: one briefly trained cross-encoder per session, on both backends."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from rerank import CrossEncoderReranker, TrainingPair, TrainReport, load_reranker, train_reranker
+from rerank.cross_encoder import BatchedCrossEncoder
+from rerank.onnx_backend import OnnxCrossEncoderReranker
+
+HAS_ONNX = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+NO_ONNX = 'the onnx extra is not installed: pip install -e ".[onnx]"'
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason=NO_ONNX)
 
 # Eight unrelated topics: each query's positive is its own passage; the trained negatives are
 # the passages of the next topic and the one three further on.
@@ -63,4 +70,30 @@ def model_dir(trained: TrainReport) -> Path:
 
 @pytest.fixture(scope="session")
 def reranker(model_dir: Path) -> CrossEncoderReranker:
-    return load_reranker(str(model_dir), device="cpu")
+    loaded = load_reranker(str(model_dir), device="cpu")
+    assert isinstance(loaded, CrossEncoderReranker)
+    return loaded
+
+
+@pytest.fixture(scope="session")
+def onnx_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-data")
+
+
+@pytest.fixture(scope="session")
+def onnx_reranker(model_dir: Path, onnx_data_dir: Path) -> OnnxCrossEncoderReranker:
+    """The trained fixture exported to ONNX (once per session, ~10 s on 2 cores)."""
+    if not HAS_ONNX:
+        pytest.skip(NO_ONNX)
+    loaded = load_reranker(str(model_dir), device="cpu", backend="onnx", data_dir=onnx_data_dir)
+    assert isinstance(loaded, OnnxCrossEncoderReranker)
+    return loaded
+
+
+@pytest.fixture(params=["torch", pytest.param("onnx", marks=[needs_onnx, pytest.mark.slow])])
+def any_reranker(request: pytest.FixtureRequest) -> BatchedCrossEncoder:
+    """Each backend in turn, for tests that hold for both."""
+    loaded: BatchedCrossEncoder = request.getfixturevalue(
+        "reranker" if request.param == "torch" else "onnx_reranker"
+    )
+    return loaded

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from core.errors import UnavailableError
-from rerank import BatchingReranker, CrossEncoderReranker, Reranker, RerankTimeout
-from rerank.cross_encoder import Pair
+from rerank import BatchingReranker, Reranker, RerankTimeout
+from rerank.cross_encoder import BatchedCrossEncoder, Pair
 from tests.unit.rerank.conftest import TOPICS
 
 PASSAGES = [passage for _, passage in TOPICS]
@@ -44,7 +44,7 @@ class FakeScorer:
 class RecordingScorer:
     """Wraps the real reranker and records the token cost of every batch it is sent."""
 
-    def __init__(self, inner: CrossEncoderReranker) -> None:
+    def __init__(self, inner: BatchedCrossEncoder) -> None:
         self.inner = inner
         self.max_length = inner.max_length
         self.costs: list[tuple[int, int]] = []  # (pairs, longest pair in tokens)
@@ -95,7 +95,8 @@ def test_token_cap_per_batch_is_respected() -> None:
         assert len(batch) * max(scorer.pair_tokens(batch)) <= 40
 
 
-def test_real_model_batched_equals_unbatched(reranker: CrossEncoderReranker) -> None:
+def test_real_model_batched_equals_unbatched(any_reranker: BatchedCrossEncoder) -> None:
+    reranker = any_reranker
     recorder = RecordingScorer(reranker)
     requests = _requests(6)
     with BatchingReranker(recorder, max_batch_pairs=32, max_batch_tokens=256, max_wait_ms=30) as batcher:
