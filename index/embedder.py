@@ -22,6 +22,7 @@ import numpy as np
 
 from core.errors import ConfigError
 from index.onnx_export import INSTALL_HINT
+from index.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,11 @@ class Embedder(Protocol):
 
     def count_tokens(self, text: str) -> int:
         """Tokens of the model's own tokenizer, without special tokens."""
+        ...
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The model's tokenizer as a counter (batched counts, additivity, truncation)."""
         ...
 
 
@@ -95,7 +101,7 @@ class SentenceTransformerEmbedder:
         )
         self.dim = int(getter() or 0)
         self.max_tokens = int(self._model.max_seq_length or 512)
-        self._tokenizer = self._model.tokenizer
+        self._counter = TokenCounter(self._model.tokenizer)
         self._batch_size = batch_size
         self._lock = threading.Lock()
         log.info("loaded embedding model %s (dim %d) on %s", model_name, self.dim, self.device)
@@ -114,7 +120,11 @@ class SentenceTransformerEmbedder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def count_tokens(self, text: str) -> int:
-        return len(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        return self._counter.count(text)
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        return self._counter
 
 
 class OnnxEmbedder:
@@ -155,6 +165,7 @@ class OnnxEmbedder:
             str(self.export.model_file), options, providers=["CPUExecutionProvider"]
         )
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.export.path))
+        self._counter = TokenCounter(self._tokenizer)
         self._batch_size = batch_size
         self._lock = threading.Lock()
         log.info("loaded ONNX embedding model %s (dim %d) from %s", model_name, self.dim, onnx_dir)
@@ -186,8 +197,11 @@ class OnnxEmbedder:
         return pool(tokens, encoded["attention_mask"], pooling=self.export.pooling, normalize=True)
 
     def count_tokens(self, text: str) -> int:
-        with self._lock:
-            return len(self._tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        return self._counter.count(text)
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        return self._counter
 
 
 Backend = Literal["torch", "onnx"]

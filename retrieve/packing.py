@@ -2,9 +2,12 @@
 
 Chunks of one document that overlap or touch are merged into one block rebuilt from their
 character offsets, so no text appears twice; a chunk can be widened to its parent section
-when that still fits. Blocks are joined by :data:`SEPARATOR`, and the budget is always
+when that still fits. Blocks are joined by :data:`SEPARATOR`. By default the budget is
 checked by counting the whole assembled text with the caller's tokenizer, because token
-counts are not additive across joins.
+counts are not additive across joins in general; for tokenizers that never merge text
+across whitespace (WordPiece after a whitespace pre-tokenizer, as
+``index.tokens.TokenCounter.additive`` verifies) the ``additive`` mode counts each block
+once and sums, which is exact for them and much cheaper.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 SEPARATOR = "\n\n---\n\n"
 
 TokenCount = Callable[[str], int]
+TokenCountMany = Callable[[Sequence[str]], list[int]]
 
 # End of a sentence: terminal punctuation, optional closing quotes/brackets, then a space or the end.
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s|$)")
@@ -224,6 +228,7 @@ def pack_context(
     expand_parent: bool = False,
     separator: str = SEPARATOR,
     additive: bool = False,
+    count_many: TokenCountMany | None = None,
 ) -> PackedContext:
     """Pack ranked chunks into at most ``budget`` tokens, best first.
 
@@ -240,11 +245,13 @@ def pack_context(
         budget: The most tokens the packed text may have (separators included).
         expand_parent: Widen chunks to their parent section when it fits.
         separator: Placed between blocks; its tokens count against the budget.
-        additive: The tokenizer splits on whitespace first (WordPiece, as in the bundled
-            model), so a joined text's count is the sum of its blocks' and separators'
-            counts. Blocks are then counted once each instead of re-counting the whole text
-            at every step; the final text is still counted exactly, and if it somehow
-            exceeds the budget the exact (re-counting) packing runs instead.
+        additive: The tokenizer never merges text across whitespace (WordPiece after a
+            whitespace pre-tokenizer, as in the bundled model), and ``separator`` starts
+            and ends with whitespace, so a joined text's count is exactly the sum of its
+            blocks' and separators' counts. Each block is then counted once, and the total
+            is that sum, instead of re-counting the whole text at every step.
+        count_many: Counts many texts in one call; with ``additive`` every candidate span
+            is counted up front in one batch.
 
     Returns:
         The packed text, its exact token count, one citation per block, and notes.
@@ -259,16 +266,15 @@ def pack_context(
         raise ValueError("result_index values must be unique")
 
     if additive:
-        packed = _pack(
-            items,
-            count_tokens,
-            budget,
-            expand_parent,
-            separator,
-            _additive_fits(count_tokens, budget, separator),
+        if separator.strip() and not (separator[:1].isspace() and separator[-1:].isspace()):
+            raise ValueError("additive packing needs a separator that starts and ends with whitespace")
+        counter = _AdditiveCounter(count_tokens, separator)
+        if count_many is not None:
+            spans = [text for item in items for _, text in _candidate_spans(item, expand_parent)]
+            counter.prefill(spans, count_many)
+        return _pack(
+            items, count_tokens, budget, expand_parent, separator, counter.fits(budget), counter.total
         )
-        if packed.token_count <= budget:
-            return packed
     return _pack(
         items,
         count_tokens,
@@ -276,22 +282,32 @@ def pack_context(
         expand_parent,
         separator,
         lambda blocks: count_tokens(_assemble(blocks, separator)) <= budget,
+        lambda blocks: count_tokens(_assemble(blocks, separator)),
     )
 
 
-def _additive_fits(count_tokens: TokenCount, budget: int, separator: str) -> Callable[[list[_Block]], bool]:
-    cache: dict[str, int] = {}
-    sep_tokens = count_tokens(separator)
+class _AdditiveCounter:
+    """Block counts, each text counted once; a joined text's count is their sum."""
 
-    def count(text: str) -> int:
-        if text not in cache:
-            cache[text] = count_tokens(text)
-        return cache[text]
+    def __init__(self, count_tokens: TokenCount, separator: str) -> None:
+        self._count_tokens = count_tokens
+        self._cache: dict[str, int] = {}
+        self._sep_tokens = count_tokens(separator)
 
-    def fits(blocks: list[_Block]) -> bool:
-        return sum(count(b.text) for b in blocks) + sep_tokens * max(0, len(blocks) - 1) <= budget
+    def prefill(self, texts: Sequence[str], count_many: TokenCountMany) -> None:
+        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        self._cache.update(zip(todo, count_many(todo), strict=True))
 
-    return fits
+    def count(self, text: str) -> int:
+        if text not in self._cache:
+            self._cache[text] = self._count_tokens(text)
+        return self._cache[text]
+
+    def total(self, blocks: Sequence[_Block]) -> int:
+        return sum(self.count(b.text) for b in blocks) + self._sep_tokens * max(0, len(blocks) - 1)
+
+    def fits(self, budget: int) -> Callable[[list[_Block]], bool]:
+        return lambda blocks: self.total(blocks) <= budget
 
 
 def _pack(
@@ -301,6 +317,7 @@ def _pack(
     expand_parent: bool,
     separator: str,
     fits: Callable[[list[_Block]], bool],
+    total: Callable[[list[_Block]], int],
 ) -> PackedContext:
 
     blocks: list[_Block] = []
@@ -321,7 +338,7 @@ def _pack(
     text = _assemble(blocks, separator)
     return PackedContext(
         text=text,
-        token_count=count_tokens(text),
+        token_count=total(blocks),
         citations=_citations(blocks, separator),
         truncated=truncated,
         notes=tuple(notes),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -268,17 +269,48 @@ def test_additive_counting_packs_exactly_like_recounting(
     check_invariants(fast, items, budget)
 
 
-def test_additive_mode_falls_back_when_the_counter_is_not_additive() -> None:
-    """A counter where joins cost extra tokens: the fast path overshoots, the exact one runs."""
+def test_exact_mode_handles_a_counter_that_is_not_additive() -> None:
+    """A counter where joins cost extra tokens: the default (exact) mode still keeps the budget."""
 
     def joined_costly(text: str) -> int:
         return words(text) + 3 * text.count("---")
 
     doc = "one two three four five six seven eight nine ten"
     items = [item(0, doc, 0, 13), item(1, "alpha beta gamma", 0, 16, key="other")]
-    packed = pack_context(items, count_tokens=joined_costly, budget=9, additive=True)
+    packed = pack_context(items, count_tokens=joined_costly, budget=9)
     assert packed.token_count == joined_costly(packed.text) <= 9
-    assert packed == pack_context(items, count_tokens=joined_costly, budget=9)
+    assert len(packed.citations) == 1  # the second block would cost 3 + 3 join tokens
+
+
+def test_additive_mode_counts_every_span_in_one_batch() -> None:
+    doc = " ".join(f"w{i}" for i in range(60))
+    items = [
+        PackItem(i, "d", doc[i * 30 : i * 30 + 20], i * 30, i * 30 + 20, doc, 0, len(doc)) for i in range(4)
+    ]
+    batches: list[list[str]] = []
+    singles: list[str] = []
+
+    def count_one(text: str) -> int:
+        singles.append(text)
+        return words(text)
+
+    def count_many(texts: Sequence[str]) -> list[int]:
+        batches.append(list(texts))
+        return [words(t) for t in texts]
+
+    packed = pack_context(
+        items, count_tokens=count_one, budget=30, expand_parent=True, additive=True, count_many=count_many
+    )
+    assert len(batches) == 1 and set(batches[0]) == {doc, *(it.text for it in items)}
+    assert packed.token_count == words(packed.text) <= 30
+    assert packed == pack_context(items, count_tokens=words, budget=30, expand_parent=True)
+    # Only the separator and merged blocks (new texts) are counted one by one.
+    assert all(t not in batches[0] for t in singles)
+
+
+def test_additive_mode_refuses_a_separator_without_whitespace_edges() -> None:
+    with pytest.raises(ValueError):
+        pack_context([item(0, "a b", 0, 3)], count_tokens=words, budget=5, separator="|", additive=True)
 
 
 def test_additive_mode_with_the_real_tokenizer() -> None:
@@ -286,14 +318,15 @@ def test_additive_mode_with_the_real_tokenizer() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(model.get_model_path()))
+    from index.tokens import TokenCounter
 
-    def count(text: str) -> int:
-        return len(tok(text, add_special_tokens=False)["input_ids"])
-
+    counter = TokenCounter(AutoTokenizer.from_pretrained(str(model.get_model_path())))
+    assert counter.additive
     doc = " ".join(f"Sentence {i} talks about tokenization, budgets and e-mail addresses." for i in range(40))
     items = [item(i, doc, i * 60, i * 60 + 59) for i in range(0, 30, 3)]
     for budget in (10, 50, 120, 400):
-        assert pack_context(items, count_tokens=count, budget=budget, additive=True) == pack_context(
-            items, count_tokens=count, budget=budget
+        fast = pack_context(
+            items, count_tokens=counter.count, budget=budget, additive=True, count_many=counter.count_many
         )
+        assert fast == pack_context(items, count_tokens=counter.count, budget=budget)
+        assert fast.token_count == counter.count(fast.text) <= budget

