@@ -52,7 +52,13 @@ def create_app(
         configure_logging(settings.log_level)
         apply_migrations(url)
         app.state.pool = open_pool(url, size=settings.db_pool_size)
-        app.state.auth = KeyAuthenticator(app.state.pool, ttl_seconds=settings.api.key_cache_seconds)
+        # Single-statement reads of the query path (groups, catalog position, result details).
+        app.state.read_pool = open_pool(
+            url, size=settings.db_pool_size, name="ragline-read", autocommit=True, min_size=2
+        )
+        app.state.auth = KeyAuthenticator(
+            app.state.pool, read_pool=app.state.read_pool, ttl_seconds=settings.api.key_cache_seconds
+        )
         closers = [hook(app, settings) for hook in service_hooks]
         log.info("ragline API ready")
         try:
@@ -60,6 +66,7 @@ def create_app(
         finally:
             for close in reversed(closers):
                 close()
+            app.state.read_pool.close()
             app.state.pool.close()
 
     app = FastAPI(title="ragline", version="0.1.0", lifespan=lifespan)

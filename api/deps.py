@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from psycopg_pool import ConnectionPool
+from starlette.concurrency import run_in_threadpool
 
 from authz.principals import KeyAuthenticator, Principal
 from core.errors import AuthenticationError
@@ -23,17 +24,26 @@ def get_pool(request: Request) -> ConnectionPool:
     return pool
 
 
-def get_principal(request: Request) -> Principal:
+async def get_principal(request: Request) -> Principal:
+    """The key's principal: from the TTL cache on the event loop, else read in a worker thread.
+
+    Async on purpose: a sync dependency costs a thread-pool round trip per request, and the
+    common case (a cached key) needs no I/O at all.
+    """
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthenticationError("missing bearer token: send 'Authorization: Bearer <api key>'")
     auth: KeyAuthenticator = request.app.state.auth
-    return auth.authenticate(token.strip())
+    token = token.strip()
+    hit = auth.cached(token)
+    if hit is not None:
+        return hit
+    return await run_in_threadpool(auth.authenticate, token)
 
 
-def _role(role: str) -> Callable[[Principal], Principal]:
-    def dependency(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+def _role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+    async def dependency(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
         principal.require(role)
         return principal
 

@@ -1,13 +1,16 @@
-"""ASGI middleware: request ids and the request body size limit.
+"""ASGI middleware: request ids, the request body size limit and a Server-Timing header.
 
 The size limit runs before FastAPI reads the body: a declared Content-Length over the limit
 is refused at once, and a chunked body is counted as it streams, so an oversize request is
-never held in memory. Upload routes get their own, larger limit.
+never held in memory. Upload routes get their own, larger limit. Every response carries
+``Server-Timing: app;dur=<ms>``, the time from the request reaching the application to its
+response starting, so a client can tell server time from network and queueing time.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 
@@ -35,6 +38,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         incoming = headers.get("x-request-id", "")
         rid = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
@@ -49,7 +53,7 @@ class RequestContextMiddleware:
             if declared > limit:
                 await self._refuse(send, rid, limit)
                 return
-            await self.app(scope, self._counting(receive, limit), self._with_header(send, rid))
+            await self.app(scope, self._counting(receive, limit), self._with_header(send, rid, started))
         except _TooLarge:
             await self._refuse(send, rid, limit)
         finally:
@@ -71,10 +75,13 @@ class RequestContextMiddleware:
         return wrapped
 
     @staticmethod
-    def _with_header(send: Send, rid: str) -> Send:
+    def _with_header(send: Send, rid: str, started: float) -> Send:
         async def wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", []).append((b"x-request-id", rid.encode()))
+                dur = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
+                headers = message.setdefault("headers", [])
+                headers.append((b"x-request-id", rid.encode()))
+                headers.append((b"server-timing", dur.encode()))
             await send(message)
 
         return wrapped

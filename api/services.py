@@ -43,7 +43,7 @@ def maintenance_hook(app: FastAPI, settings: Settings) -> Callable[[], None]:
 
 def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
     """The search service on ``app.state.search``."""
-    service, close = build_search_service(settings, app.state.pool, embedder)
+    service, close = build_search_service(settings, app.state.pool, embedder, read_pool=app.state.read_pool)
     app.state.search = service
     return close
 
@@ -55,6 +55,7 @@ def build_search_service(
     *,
     alias: str = "live",
     watch: bool = True,
+    read_pool: ConnectionPool | None = None,
 ) -> tuple[SearchService, Callable[[], None]]:
     """Query embedder, serving state, searcher and optional reranker, started."""
     from concurrent.futures import ThreadPoolExecutor
@@ -84,12 +85,13 @@ def build_search_service(
         state=state,
         searcher=searcher,
         embedder=query_embedder,
-        count_tokens=embedder.count_tokens,
+        counter=embedder.token_counter,
         fusion=FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
         rerank=RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
         reranker=reranker,
         alias=alias,
         poll_seconds=ix.poll_seconds,
+        read_pool=read_pool,
     )
     service.start(watch=watch)
 

@@ -45,22 +45,34 @@ class Principal:
 class KeyAuthenticator:
     """Resolves tokens to principals with a TTL cache keyed by the token's hash."""
 
-    def __init__(self, pool: ConnectionPool, *, ttl_seconds: float = 1.0) -> None:
+    def __init__(
+        self, pool: ConnectionPool, *, read_pool: ConnectionPool | None = None, ttl_seconds: float = 1.0
+    ) -> None:
         self._pool = pool
+        # Group reads are single statements: an autocommit pool saves BEGIN/COMMIT round trips.
+        self._read_pool = read_pool or pool
         self._ttl = min(ttl_seconds, 1.0)
         self._cache: dict[bytes, tuple[float, Principal]] = {}
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
 
+    def cached(self, token: str) -> Principal | None:
+        """The principal for ``token`` from the TTL cache, without touching the database."""
+        digest = hash_token(token)
+        with self._lock:
+            cached = self._cache.get(digest)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        return None
+
     def authenticate(self, token: str | None) -> Principal:
         if not token:
             raise AuthenticationError("missing bearer token")
+        hit = self.cached(token)
+        if hit is not None:
+            return hit
         digest = hash_token(token)
         now = time.monotonic()
-        with self._lock:
-            cached = self._cache.get(digest)
-        if cached is not None and cached[0] > now:
-            return cached[1]
         principal = self._load(token)
         with self._lock:
             if len(self._cache) > 10_000:
@@ -95,7 +107,7 @@ class KeyAuthenticator:
         """The principal with its groups read now: a group change is effective on every
         replica from the response that acknowledged it, not after the key cache expires."""
         try:
-            with self._pool.connection() as conn:
+            with self._read_pool.connection() as conn:
                 groups = repo.groups_of(
                     conn, tenant_id=principal.tenant_id, principal_id=principal.principal_id
                 )
@@ -108,7 +120,7 @@ class KeyAuthenticator:
         if not caller.can_delegate:
             raise PermissionDeniedError("this key may not act as another principal")
         try:
-            with self._pool.connection() as conn:
+            with self._read_pool.connection() as conn:
                 groups = repo.groups_of(conn, tenant_id=caller.tenant_id, principal_id=as_principal)
         except (psycopg.Error, PoolTimeout) as exc:  # no group data: fail closed
             raise UnavailableError("permission data is unavailable; refusing to search") from exc

@@ -88,10 +88,22 @@ def applied_migrations(conn: psycopg.Connection) -> list[int]:
     return [r[0] for r in rows]
 
 
-def open_pool(conninfo: str, *, size: int, name: str = "ragline") -> ConnectionPool:
-    """A started connection pool; fails fast with a clear message when the database is down."""
+def open_pool(
+    conninfo: str, *, size: int, name: str = "ragline", autocommit: bool = False, min_size: int = 1
+) -> ConnectionPool:
+    """A started connection pool; fails fast with a clear message when the database is down.
+
+    ``autocommit=True`` is for single-statement reads on the request path: each statement is
+    its own snapshot and costs one round trip, where a transactional connection adds a BEGIN
+    and a COMMIT round trip to every checkout.
+    """
     pool = ConnectionPool(
-        conninfo, min_size=1, max_size=size, name=name, open=False, kwargs={"autocommit": False}
+        conninfo,
+        min_size=min(min_size, size),
+        max_size=size,
+        name=name,
+        open=False,
+        kwargs={"autocommit": autocommit},
     )
     try:
         pool.open(wait=True, timeout=15.0)

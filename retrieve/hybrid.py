@@ -9,9 +9,11 @@ enters a candidate list.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -87,14 +89,12 @@ class HybridSearcher:
         self, snap: ServingIndex, masks: Masks, query_vec: np.ndarray, k: int, log: StageLog
     ) -> list[Hit]:
         q = np.ascontiguousarray(query_vec.reshape(1, -1), dtype=np.float32)
-        futures: list[tuple[str, Future[list[Hit]]]] = []
+        tasks: list[tuple[str, Callable[[], list[Hit]]]] = []
         for shard, mask in zip(snap.version.shards if snap.version else (), masks.shards, strict=True):
             plan = self._plan(shard.dense.kind, int(mask.sum()), shard.dense.ntotal, k)
             log.plans.append(f"shard{shard.shard}:{plan.strategy}:{plan.allowed_count}/{plan.total}")
-            futures.append(
-                (f"shard{shard.shard}", self.pool.submit(self._dense_shard, shard, q, k, mask, plan))
-            )
-        parts = self._gather("dense", futures, log)
+            tasks.append((f"shard{shard.shard}", partial(self._dense_shard, shard, q, k, mask, plan)))
+        parts = self._fan_out("dense", tasks, log)
         parts.append(self._dense_delta(snap, masks.delta, q, k))
         return _merge(parts, k)
 
@@ -134,16 +134,12 @@ class HybridSearcher:
         ]
 
     def lexical(self, snap: ServingIndex, masks: Masks, query: str, k: int, log: StageLog) -> list[Hit]:
-        futures: list[tuple[str, Future[list[Hit]]]] = []
-        for shard, mask in zip(snap.version.shards if snap.version else (), masks.shards, strict=True):
-            if mask.any():
-                futures.append(
-                    (
-                        f"shard{shard.shard}",
-                        self.pool.submit(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask),
-                    )
-                )
-        parts = self._gather("lexical", futures, log)
+        tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
+            (f"shard{shard.shard}", partial(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask))
+            for shard, mask in zip(snap.version.shards if snap.version else (), masks.shards, strict=True)
+            if mask.any()
+        ]
+        parts = self._fan_out("lexical", tasks, log)
         if snap.delta.lexical is not None and masks.delta.any():
             parts.append(self._lexical_one(snap.delta.lexical, snap.delta.rows, query, k, masks.delta))
         return _merge(parts, k)
@@ -153,10 +149,42 @@ class HybridSearcher:
         scores, pos = shard.search(query, k, allowed=mask)
         return [Hit(int(rows[p]), float(s), "lexical") for s, p in zip(scores, pos, strict=True)]
 
-    def _gather(
-        self, stage: str, futures: list[tuple[str, Future[list[Hit]]]], log: StageLog
+    def _fan_out(
+        self, stage: str, tasks: list[tuple[str, Callable[[], list[Hit]]]], log: StageLog
     ) -> list[list[Hit]]:
-        deadline = time.monotonic() + self.timeout
+        """Run shard searches: all but the first on the pool, the first in this thread.
+
+        Running one shard here saves a thread hand-off per stage (each one a GIL round trip
+        under load) and keeps the caller busy instead of waiting. Errors degrade the stage;
+        the pool's shards are given up after the stage timeout (the inline one cannot be cut
+        short, but its result still counts only if it finished in time).
+        """
+        if not tasks:
+            return []
+        started = time.monotonic()
+        futures = [(name, self.pool.submit(fn)) for name, fn in tasks[1:]]
+        first_name, first = tasks[0]
+        parts: list[list[Hit]] = []
+        try:
+            hits = first()
+        except Exception as exc:  # one broken shard degrades the answer, never fails it
+            log.degrade(stage, f"{first_name} failed: {type(exc).__name__}")
+        else:
+            if time.monotonic() - started <= self.timeout:
+                parts.append(hits)
+            else:
+                log.degrade(stage, f"{first_name} timed out after {self.timeout:.1f}s")
+        return parts + self._gather(stage, futures, log, deadline=started + self.timeout)
+
+    def _gather(
+        self,
+        stage: str,
+        futures: list[tuple[str, Future[list[Hit]]]],
+        log: StageLog,
+        *,
+        deadline: float | None = None,
+    ) -> list[list[Hit]]:
+        deadline = time.monotonic() + self.timeout if deadline is None else deadline
         parts: list[list[Hit]] = []
         for name, fut in futures:
             try:

@@ -36,15 +36,23 @@ class QueryEmbedder:
         self._thread.start()
 
     def embed(self, text: str, timeout: float = 10.0) -> np.ndarray:
+        return self.submit(text).result(timeout=timeout)
+
+    def submit(self, text: str) -> Future[np.ndarray]:
+        """The vector of ``text`` as a future: done at once on a cache hit, else batched.
+
+        The caller can do other work (the lexical search) while the model runs.
+        """
+        future: Future[np.ndarray] = Future()
         with self._cond:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
-                return hit
-            future: Future[np.ndarray] = Future()
+                future.set_result(hit)
+                return future
             self._pending.append((text, future))
             self._cond.notify()
-        return future.result(timeout=timeout)
+        return future
 
     def _take_batch(self) -> list[tuple[str, Future[np.ndarray]]] | None:
         with self._cond:

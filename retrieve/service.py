@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import numpy as np
 import psycopg
 from psycopg_pool import ConnectionPool
 
@@ -17,6 +19,8 @@ from authz.acl import AclFilter
 from catalog import changes as changes_repo
 from catalog.serving import ChunkDetail, chunk_details
 from core.errors import UnavailableError
+from core.records import Hit
+from index.tokens import TokenCounter
 from retrieve.fusion import FusedHit, rrf, single_list
 from retrieve.hybrid import HybridSearcher, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
@@ -84,20 +88,19 @@ class SearchService:
         state: ServingState,
         searcher: HybridSearcher,
         embedder: QueryEmbedder,
-        count_tokens: Callable[[str], int],
+        counter: TokenCounter,
         fusion: FusionConfig,
         rerank: RerankConfig,
         reranker: Scorer | None = None,
         alias: str = "live",
         poll_seconds: float = 2.0,
+        read_pool: ConnectionPool | None = None,
     ) -> None:
         self.pool, self.state, self.searcher, self.embedder = pool, state, searcher, embedder
-        self.count_tokens, self.fusion, self.rerank_cfg, self.reranker = (
-            count_tokens,
-            fusion,
-            rerank,
-            reranker,
-        )
+        # Single-statement reads on the request path (position check, details): autocommit
+        # saves the BEGIN and COMMIT round trips; catch-up keeps its transaction on ``pool``.
+        self.read_pool = read_pool or pool
+        self.counter, self.fusion, self.rerank_cfg, self.reranker = counter, fusion, rerank, reranker
         self.alias, self.poll_seconds = alias, poll_seconds
         self.last_swap_error: str | None = None
         self._stop = threading.Event()
@@ -168,8 +171,10 @@ class SearchService:
     def ensure_fresh(self) -> None:
         """Catch up with every change committed before this request (fails closed)."""
         try:
-            with self.pool.connection() as conn:
-                if changes_repo.current_position(conn) > self.state.view.position:
+            with self.read_pool.connection() as conn:
+                behind = changes_repo.current_position(conn) > self.state.view.position
+            if behind:
+                with self.pool.connection() as conn:
                     self.state.catch_up(conn)
         except Exception as exc:
             raise UnavailableError("permission data is unavailable; refusing to search") from exc
@@ -187,7 +192,7 @@ class SearchService:
             slog.degrade("rerank", "no reranker model is configured")
         want = max(req.top_k, self.rerank_cfg.candidates if use_rerank else 0)
         t = time.perf_counter()
-        with self.pool.connection() as conn:
+        with self.read_pool.connection() as conn:
             details = chunk_details(
                 conn,
                 rows=[f.chunk_id for f in fused[: want * 2]],
@@ -205,24 +210,35 @@ class SearchService:
         return RetrieveResult(items, context, snap.version_id, slog.timings_ms, slog.degraded, slog.plans)
 
     def _candidates(self, req: RetrieveRequest, snap, masks, slog: StageLog) -> list[FusedHit]:
+        """Dense and/or lexical candidates, fused.
+
+        The query goes to the embedder first and the lexical search runs while the model
+        works, so in hybrid mode ``embed`` (submit to vector) overlaps ``lexical``.
+        """
         n = max(self.fusion.candidates, req.top_k)
         lists, weights = [], []
+        pending: Future[np.ndarray] | None = None
+        t_embed = time.perf_counter()
         if req.mode in ("hybrid", "dense"):
+            pending = self.embedder.submit(req.query)
+        lexical: list[Hit] | None = None
+        if req.mode in ("hybrid", "lexical"):
             t = time.perf_counter()
+            lexical = self.searcher.lexical(snap, masks, req.query, n, slog)
+            slog.time("lexical", t)
+        if pending is not None:
             try:
-                vec = self.embedder.embed(req.query, timeout=self.searcher.timeout)
-                slog.time("embed", t)
+                vec = pending.result(timeout=max(0.0, t_embed + self.searcher.timeout - time.perf_counter()))
+                slog.time("embed", t_embed)
                 t = time.perf_counter()
                 lists.append(self.searcher.dense(snap, masks, vec, n, slog))
                 weights.append(self.fusion.dense_weight)
                 slog.time("dense", t)
             except Exception as exc:  # the lexical list can still answer
                 slog.degrade("dense", f"{type(exc).__name__}")
-        if req.mode in ("hybrid", "lexical"):
-            t = time.perf_counter()
-            lists.append(self.searcher.lexical(snap, masks, req.query, n, slog))
+        if lexical is not None:
+            lists.append(lexical)
             weights.append(self.fusion.lexical_weight)
-            slog.time("lexical", t)
         t = time.perf_counter()
         if len(lists) == 1:
             fused = single_list(lists[0])
@@ -277,10 +293,13 @@ class SearchService:
         ]
         return pack_context(
             pack_items,
-            count_tokens=self.count_tokens,
+            count_tokens=self.counter.count,
             budget=req.max_context_tokens,
             expand_parent=req.expand_parent,
-            additive=True,  # exact anyway: the packer re-runs exactly if the sum ever overshoots
+            # Exact for tokenizers that never merge across whitespace (checked at load); any
+            # other tokenizer re-counts the joined text at every step.
+            additive=self.counter.additive,
+            count_many=self.counter.count_many,
         )
 
 
