@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
 import numpy as np
 
 from bench.common import print_table
+from bench.http import HttpError, LeanClient, Reply
 
 Arrival = Literal["poisson", "fixed"]
 
@@ -84,6 +84,8 @@ class LoadResult:
     latency_target_ms: float
     max_lag_ms: float
     status_counts: dict[str, int]
+    server_p50_ms: dict[str, float] = field(default_factory=dict)
+    server_p95_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -93,6 +95,11 @@ class _Outcome:
     latency_ms: float
     lag_ms: float
     status: str
+    server_ms: Mapping[str, float] = field(default_factory=dict)
+
+
+# Reads the server's own timings (stage -> ms) out of a successful response.
+ServerTimings = Callable[[Reply], Mapping[str, float]]
 
 
 def arrival_offsets(config: LoadConfig) -> np.ndarray:
@@ -110,7 +117,12 @@ def arrival_offsets(config: LoadConfig) -> np.ndarray:
 
 
 async def _one(
-    client: httpx.AsyncClient, spec: RequestSpec, scheduled: float, measured: bool, timeout_s: float
+    client: LeanClient,
+    spec: RequestSpec,
+    scheduled: float,
+    measured: bool,
+    timeout_s: float,
+    server_timings: ServerTimings | None = None,
 ) -> _Outcome:
     lag_ms = (time.perf_counter() - scheduled) * 1000
     try:
@@ -118,25 +130,31 @@ async def _one(
             client.request(spec.method, spec.path, json=spec.json, headers=spec.headers),
             timeout=max(timeout_s - lag_ms / 1000, 0.001),
         )
-    except (TimeoutError, httpx.TimeoutException):
+    except TimeoutError:
         return _Outcome(measured, "timeout", math.nan, lag_ms, "timeout")
-    except httpx.HTTPError as exc:
+    except HttpError as exc:
         return _Outcome(measured, "error", math.nan, lag_ms, type(exc).__name__)
     latency_ms = (time.perf_counter() - scheduled) * 1000
     kind = "ok" if resp.is_success else "error"
-    return _Outcome(measured, kind, latency_ms, lag_ms, str(resp.status_code))
+    server = server_timings(resp) if server_timings is not None and resp.is_success else {}
+    return _Outcome(measured, kind, latency_ms, lag_ms, str(resp.status_code), server)
 
 
 async def run_rate(
-    client: httpx.AsyncClient, next_request: Callable[[int], RequestSpec], config: LoadConfig
+    client: LeanClient,
+    next_request: Callable[[int], RequestSpec],
+    config: LoadConfig,
+    server_timings: ServerTimings | None = None,
 ) -> LoadResult:
     """Drive one arrival rate against ``client`` and summarise the measured period.
 
     Args:
-        client: an ``httpx.AsyncClient`` with ``base_url`` set and a connection limit above
-            the expected concurrency (queueing in the client pool counts as latency).
+        client: a :class:`bench.http.LeanClient` with a connection limit above the expected
+            concurrency (queueing in the client pool counts as latency).
         next_request: builds the i-th request (query texts, keys...).
         config: rate, durations, timeout, latency target and arrival process.
+        server_timings: reads the server's stage timings from a response, so the result can
+            tell time spent in the stages from time spent queueing around them.
 
     Returns:
         The counts and latency percentiles of the requests scheduled after the warm-up.
@@ -152,7 +170,9 @@ async def run_rate(
         # Never await the response here: that would turn the open loop into a closed one.
         measured = offset >= config.warmup_s
         tasks.append(
-            asyncio.create_task(_one(client, next_request(i), scheduled, measured, config.timeout_s))
+            asyncio.create_task(
+                _one(client, next_request(i), scheduled, measured, config.timeout_s, server_timings)
+            )
         )
     outcomes = await asyncio.gather(*tasks)
     return summarise([o for o in outcomes if o.measured], config)
@@ -165,8 +185,11 @@ def summarise(outcomes: Sequence[_Outcome], config: LoadConfig) -> LoadResult:
     pct = np.percentile(lat, [50, 95, 99]) if len(lat) else np.full(3, math.nan)
     within = int(np.count_nonzero(lat <= config.latency_target_ms))
     statuses: dict[str, int] = {}
+    stages: dict[str, list[float]] = {}
     for o in outcomes:
         statuses[o.status] = statuses.get(o.status, 0) + 1
+        for stage, ms in o.server_ms.items():
+            stages.setdefault(stage, []).append(ms)
     return LoadResult(
         rate=config.rate,
         duration_s=config.duration_s,
@@ -183,6 +206,8 @@ def summarise(outcomes: Sequence[_Outcome], config: LoadConfig) -> LoadResult:
         latency_target_ms=config.latency_target_ms,
         max_lag_ms=max((o.lag_ms for o in outcomes), default=0.0),
         status_counts=statuses,
+        server_p50_ms={k: float(np.percentile(v, 50)) for k, v in stages.items()},
+        server_p95_ms={k: float(np.percentile(v, 95)) for k, v in stages.items()},
     )
 
 
@@ -193,6 +218,7 @@ async def run_rates(
     *,
     max_connections: int = 512,
     pause_s: float = 2.0,
+    server_timings: ServerTimings | None = None,
 ) -> list[LoadResult]:
     """Run each config in turn on one client, pausing between rates so queues drain.
 
@@ -202,21 +228,19 @@ async def run_rates(
         configs: one per rate, usually in increasing rate order (the first is the baseline).
         max_connections: client connection limit; keep it above rate x worst latency.
         pause_s: idle time between rates.
+        server_timings: see :func:`run_rate`.
 
     Returns:
         One result per config, in order.
     """
     # Idle connections expire before uvicorn's 5 s keep-alive does: reusing one the server is
-    # closing at that moment fails with a ReadError that is the client's fault, not the server's.
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=2.0
-    )
+    # closing at that moment fails with an error that is the client's fault, not the server's.
     results = []
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=None) as client:
+    async with LeanClient(base_url, max_connections=max_connections, keepalive_expiry=2.0) as client:
         for i, config in enumerate(configs):
             if i:
                 await asyncio.sleep(pause_s)
-            results.append(await run_rate(client, next_request, config))
+            results.append(await run_rate(client, next_request, config, server_timings))
     return results
 
 
@@ -251,3 +275,17 @@ def print_results(results: Sequence[LoadResult]) -> None:
     bad = {k: v for r in results for k, v in r.status_counts.items() if k != "200"}
     if bad:
         print(f"non-200 outcomes: {bad}")
+    stages = list(dict.fromkeys(k for r in results for k in r.server_p50_ms))
+    if stages:
+        print("\nserver-reported timings, p50 / p95 ms per stage:")
+        print_table(
+            ["rate/s", *stages],
+            [
+                [f"{r.rate:g}"]
+                + [
+                    f"{r.server_p50_ms.get(s, math.nan):.1f} / {r.server_p95_ms.get(s, math.nan):.1f}"
+                    for s in stages
+                ]
+                for r in results
+            ],
+        )

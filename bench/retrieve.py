@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import hashlib
 import itertools
+import json
 import os
 import socket
 import subprocess
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,8 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
+from bench.common import print_table
+from bench.http import Reply
 from bench.load import LoadConfig, RequestSpec, print_results, run_rates
 from catalog import indexes as indexes_repo
 from catalog.changes import current_position
@@ -217,8 +220,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def database(tmp: Path) -> Iterator[str]:
-    """``RAGLINE_DATABASE_URL`` when set, else a throwaway local cluster destroyed at exit."""
+def database(tmp: Path, *, keep: bool = False) -> Iterator[str]:
+    """``RAGLINE_DATABASE_URL`` when set, else a local cluster under ``tmp``.
+
+    The cluster is destroyed at exit unless ``keep`` (then it is only stopped, and the next
+    run with the same folder starts it again on the port recorded there).
+    """
     url = os.environ.get("RAGLINE_DATABASE_URL")
     if url:
         apply_migrations(url)
@@ -226,18 +233,24 @@ def database(tmp: Path) -> Iterator[str]:
         return
     from catalog import embedded
 
-    cluster = embedded.cluster_for(tmp, port=_free_port(), fsync=False)
+    port_file = tmp / "pg-port"
+    port = int(port_file.read_text()) if keep and port_file.exists() else _free_port()
+    cluster = embedded.cluster_for(tmp, port=port, fsync=False)
     try:
         url = embedded.up(cluster)
+        port_file.write_text(str(port))
         apply_migrations(url)
         yield url
     finally:
-        embedded.destroy(cluster)
+        if keep:
+            embedded.down(cluster)
+        else:
+            embedded.destroy(cluster)
 
 
 @contextmanager
-def server(url: str, data_dir: Path, workers: int = 1) -> Iterator[str]:
-    """``ragline serve`` as a subprocess (no reranker, ingestion in-process); yields its URL."""
+def server(url: str, data_dir: Path, workers: int = 1) -> Iterator[tuple[str, int]]:
+    """``ragline serve`` as a subprocess (no reranker, ingestion in-process); yields (URL, pid)."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
     env.update(
@@ -272,7 +285,7 @@ def server(url: str, data_dir: Path, workers: int = 1) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, proc, log_path)
-        yield base
+        yield base, proc.pid
     finally:
         proc.terminate()
         try:
@@ -324,24 +337,51 @@ def _args() -> argparse.Namespace:
     p.add_argument("--arrival", choices=["poisson", "fixed"], default="poisson")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        help="keep the catalog and index here and reuse them on the next run with the same"
+        " --chunks/--chunks-per-doc/--seed (default: a temporary folder, deleted)",
+    )
     return p.parse_args()
+
+
+def _prepare(args: argparse.Namespace, tmp: Path, url: str) -> tuple[Corpus, str]:
+    """Catalog + live index + query key; reused from ``tmp/bench-state.json`` when it matches."""
+    state_file = tmp / "bench-state.json"
+    shape = {"chunks": args.chunks, "chunks_per_doc": args.chunks_per_doc, "seed": args.seed}
+    corpus = synthetic_corpus(args.chunks, seed=args.seed)
+    if args.state_dir and state_file.exists():
+        saved = json.loads(state_file.read_text())
+        if saved["shape"] != shape:
+            raise SystemExit(
+                f"{state_file} was made with {saved['shape']}, not {shape}: use another --state-dir"
+            )
+        print(f"reusing catalog and index {saved['version']} from {tmp}")
+        return corpus, str(saved["token"])
+    t = time.perf_counter()
+    row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=args.chunks_per_doc, seed=args.seed)
+    print(f"catalog: {args.chunks:,} chunks in {doc_ids.max():,} documents, {time.perf_counter() - t:.1f}s")
+    t = time.perf_counter()
+    version = build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
+    print(f"index {version}: built in {time.perf_counter() - t:.1f}s")
+    token = create_query_key(url)
+    if args.state_dir:
+        state_file.write_text(json.dumps({"shape": shape, "version": version, "token": token}))
+    return corpus, token
 
 
 def main() -> None:
     args = _args()
     rates = sorted(float(r) for r in args.rates.split(","))
-    with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_name, database(Path(tmp_name)) as url:
-        tmp = Path(tmp_name)
-        t = time.perf_counter()
-        corpus = synthetic_corpus(args.chunks, seed=args.seed)
-        row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=args.chunks_per_doc, seed=args.seed)
-        print(
-            f"catalog: {args.chunks:,} chunks in {doc_ids.max():,} documents, {time.perf_counter() - t:.1f}s"
-        )
-        t = time.perf_counter()
-        version = build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
-        print(f"index {version}: built in {time.perf_counter() - t:.1f}s")
-        token = create_query_key(url)
+    with ExitStack() as stack:
+        if args.state_dir:
+            args.state_dir.mkdir(parents=True, exist_ok=True)
+            tmp = args.state_dir.resolve()
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ragline-bench-")))
+        url = stack.enter_context(database(tmp, keep=args.state_dir is not None))
+        corpus, token = _prepare(args, tmp, url)
         # Enough for every arrival plus the probe: the server's LRU query-embedding cache would
         # otherwise answer repeats without running the model, flattering every rate but the first.
         expected = sum(rate * (args.duration + args.warmup) for rate in rates)
@@ -349,7 +389,7 @@ def main() -> None:
         sequence = itertools.count()
         del corpus  # the server needs the memory more than we do
         t = time.perf_counter()
-        with server(url, tmp, args.workers) as base:
+        with server(url, tmp, args.workers) as (base, pid):
             print(f"server ready in {time.perf_counter() - t:.1f}s")
             headers = {"Authorization": f"Bearer {token}"}
 
@@ -376,14 +416,51 @@ def main() -> None:
                 )  # fmt: skip
                 for i, r in enumerate(rates)
             ]
-            results = asyncio.run(run_rates(base, request, configs))
+            results, cpu = [], []
+            for config in configs:
+                before = _cpu_seconds(pid), _cpu_seconds(os.getpid(), children=False)
+                results.extend(asyncio.run(run_rates(base, request, [config], server_timings=server_timings)))
+                after = _cpu_seconds(pid), _cpu_seconds(os.getpid(), children=False)
+                sent = max(1.0, config.rate * (config.warmup_s + config.duration_s))
+                cpu.append(((after[0] - before[0]) * 1000 / sent, (after[1] - before[1]) * 1000 / sent))
+                time.sleep(2.0)  # let queues drain before the next rate
             probe = _probe(base, request, 30)
     print(
         f"\nhybrid, no rerank, top_k={args.top_k}, {args.chunks:,} chunks, {args.arrival} arrivals, "
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per rate, {os.cpu_count()} CPUs"
     )
     print_results(results)
+    print("\nCPU per request (ms; user + system, the server's processes and the load generator):")
+    print_table(
+        ["rate/s", "server CPU ms", "load generator CPU ms"],
+        [[f"{r.rate:g}", f"{s:.1f}", f"{c:.1f}"] for r, (s, c) in zip(results, cpu, strict=True)],
+    )
     print("\nsequential probe after the load (30 requests, medians): " + probe)
+
+
+def _cpu_seconds(pid: int, *, children: bool = True) -> float:
+    """CPU seconds (user + system) of a process and, optionally, its children (uvicorn's workers)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *(proc.children(recursive=True) if children else [])]:
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def server_timings(resp: Reply) -> dict[str, float]:
+    """The server's own stage timings plus ``app``, its whole time (the Server-Timing header)."""
+    out = {k: float(v) for k, v in resp.json()["timings_ms"].items()}
+    for part in resp.headers.get("server-timing", "").split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if name and dur:
+            out[name] = float(dur)
+    return out
 
 
 def _probe(base: str, request: Callable[[int], RequestSpec], count: int) -> str:
