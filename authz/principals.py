@@ -42,6 +42,16 @@ class Principal:
             raise PermissionDeniedError(f"this key lacks the '{role}' role")
 
 
+@dataclass(frozen=True, slots=True)
+class CurrentPrincipal:
+    """A principal with groups read from the catalog, and the catalog change position read
+    in the same statement: searching on a view caught up to ``catalog_position`` honours
+    every permission change acknowledged before the groups were read."""
+
+    principal: Principal
+    catalog_position: int
+
+
 class KeyAuthenticator:
     """Resolves tokens to principals with a TTL cache keyed by the token's hash."""
 
@@ -103,31 +113,29 @@ class KeyAuthenticator:
             can_delegate=row.can_delegate,
         )
 
-    def with_current_groups(self, principal: Principal) -> Principal:
+    def with_current_groups(self, principal: Principal) -> CurrentPrincipal:
         """The principal with its groups read now: a group change is effective on every
         replica from the response that acknowledged it, not after the key cache expires."""
-        try:
-            with self._read_pool.connection() as conn:
-                groups = repo.groups_of(
-                    conn, tenant_id=principal.tenant_id, principal_id=principal.principal_id
-                )
-        except (psycopg.Error, PoolTimeout) as exc:  # no group data: fail closed
-            raise UnavailableError("permission data is unavailable; refusing to search") from exc
-        return dataclasses.replace(principal, groups=groups)
+        groups, position = self._groups(principal.tenant_id, principal.principal_id)
+        return CurrentPrincipal(dataclasses.replace(principal, groups=groups), position)
 
-    def delegate(self, caller: Principal, as_principal: str) -> Principal:
+    def delegate(self, caller: Principal, as_principal: str) -> CurrentPrincipal:
         """The end user a delegating key acts for, with groups from the catalog."""
         if not caller.can_delegate:
             raise PermissionDeniedError("this key may not act as another principal")
-        try:
-            with self._read_pool.connection() as conn:
-                groups = repo.groups_of(conn, tenant_id=caller.tenant_id, principal_id=as_principal)
-        except (psycopg.Error, PoolTimeout) as exc:  # no group data: fail closed
-            raise UnavailableError("permission data is unavailable; refusing to search") from exc
-        return Principal(
+        groups, position = self._groups(caller.tenant_id, as_principal)
+        user = Principal(
             tenant_id=caller.tenant_id,
             principal_id=as_principal,
             groups=groups,
             roles=frozenset({"query"}),
             key_id=caller.key_id,
         )
+        return CurrentPrincipal(user, position)
+
+    def _groups(self, tenant_id: str, principal_id: str) -> tuple[tuple[str, ...], int]:
+        try:
+            with self._read_pool.connection() as conn:
+                return repo.groups_and_position(conn, tenant_id=tenant_id, principal_id=principal_id)
+        except (psycopg.Error, PoolTimeout) as exc:  # no group data: fail closed
+            raise UnavailableError("permission data is unavailable; refusing to search") from exc

@@ -51,6 +51,22 @@ def groups_of(conn: psycopg.Connection, *, tenant_id: str, principal_id: str) ->
     return tuple(r[0] for r in rows)
 
 
+def groups_and_position(
+    conn: psycopg.Connection, *, tenant_id: str, principal_id: str
+) -> tuple[tuple[str, ...], int]:
+    """A principal's groups and the catalog change position, read in one statement (one
+    snapshot, one round trip): a search that catches up to that position sees every ACL
+    change acknowledged before the groups were read."""
+    row = conn.execute(
+        "SELECT coalesce((SELECT array_agg(group_id ORDER BY group_id) FROM group_members"
+        " WHERE tenant_id = %s AND principal_id = %s), '{}'::text[]),"
+        " (SELECT coalesce(max(seq), 0) FROM catalog_changes)",
+        (tenant_id, principal_id),
+    ).fetchone()
+    assert row is not None  # a SELECT without FROM always returns one row
+    return tuple(row[0]), int(row[1])
+
+
 def replace_groups(conn: psycopg.Connection, *, tenant_id: str, principal_id: str, groups: list[str]) -> None:
     """Replace a principal's groups and record the change so caches drop stale ACL views."""
     ensure_principal(conn, tenant_id=tenant_id, principal_id=principal_id)

@@ -168,21 +168,30 @@ class SearchService:
             return None
 
     # --- the request path ----------------------------------------------------------------
-    def ensure_fresh(self) -> None:
-        """Catch up with every change committed before this request (fails closed)."""
+    def ensure_fresh(self, position: int | None = None) -> None:
+        """Catch up with every change committed before this request (fails closed).
+
+        Args:
+            position: the catalog position the caller already read (with the principal's
+                groups, in one statement); read here when not given.
+        """
         try:
-            with self.read_pool.connection() as conn:
-                behind = changes_repo.current_position(conn) > self.state.view.position
-            if behind:
+            if position is None:
+                with self.read_pool.connection() as conn:
+                    position = changes_repo.current_position(conn)
+            if position > self.state.view.position:
                 with self.pool.connection() as conn:
                     self.state.catch_up(conn)
         except Exception as exc:
             raise UnavailableError("permission data is unavailable; refusing to search") from exc
 
-    def retrieve(self, req: RetrieveRequest, acl: AclFilter) -> RetrieveResult:
+    def retrieve(
+        self, req: RetrieveRequest, acl: AclFilter, *, catalog_position: int | None = None
+    ) -> RetrieveResult:
+        """Search as ``acl`` allows, on a view caught up to ``catalog_position`` (read now if None)."""
         slog = StageLog()
         t = time.perf_counter()
-        self.ensure_fresh()
+        self.ensure_fresh(catalog_position)
         snap = self.state.current
         masks = build_masks(self.state, snap, acl)
         slog.time("acl_filter", t)

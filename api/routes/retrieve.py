@@ -108,10 +108,10 @@ def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> J
         raise UnavailableError("the search service is not running")
     auth: KeyAuthenticator = request.app.state.auth
     if body.as_principal is not None:
-        principal = auth.delegate(principal, validate_principal_id(body.as_principal))
+        current = auth.delegate(principal, validate_principal_id(body.as_principal))
     else:
-        principal = auth.with_current_groups(principal)
-    acl = build_acl_filter(principal, _filters(body.filters))
+        current = auth.with_current_groups(principal)
+    acl = build_acl_filter(current.principal, _filters(body.filters))
     req = RetrieveRequest(
         query=re.sub(r"\s+", " ", body.query),
         top_k=body.top_k,
@@ -121,7 +121,8 @@ def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> J
         expand_parent=body.expand == "parent",
     )
     # Plain JSON types already: skip FastAPI's jsonable_encoder walk over every result.
-    return JSONResponse(_response(service.retrieve(req, acl)))
+    result = service.retrieve(req, acl, catalog_position=current.catalog_position)
+    return JSONResponse(_response(result))
 
 
 router.add_api_route("/v1/retrieve", retrieve, methods=["POST"])
