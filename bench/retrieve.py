@@ -249,8 +249,13 @@ def database(tmp: Path, *, keep: bool = False) -> Iterator[str]:
 
 
 @contextmanager
-def server(url: str, data_dir: Path, workers: int = 1) -> Iterator[tuple[str, int]]:
-    """``ragline serve`` as a subprocess (no reranker, ingestion in-process); yields (URL, pid)."""
+def server(
+    url: str, data_dir: Path, workers: int = 1, rerank: dict[str, str] | None = None
+) -> Iterator[tuple[str, int]]:
+    """``ragline serve`` as a subprocess (ingestion in-process); yields (URL, pid).
+
+    ``rerank`` holds ``RAGLINE_RERANK__*`` settings (model, candidates, budget); none: no reranker.
+    """
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
     env.update(
@@ -259,6 +264,7 @@ def server(url: str, data_dir: Path, workers: int = 1) -> Iterator[tuple[str, in
         RAGLINE_INGEST__INLINE_MAX_DOCUMENTS="100",
         RAGLINE_EMBEDDING_DEVICE="cpu",
         RAGLINE_LOG_LEVEL=os.environ.get("RAGLINE_LOG_LEVEL", "WARNING"),
+        **{f"RAGLINE_RERANK__{k.upper()}": v for k, v in (rerank or {}).items()},
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
@@ -337,6 +343,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--arrival", choices=["poisson", "fixed"], default="poisson")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    p.add_argument("--rerank-model", type=Path, help="a cross-encoder folder: measure hybrid + rerank")
+    p.add_argument("--rerank-candidates", type=int, default=20, help="fused candidates reranked per query")
     p.add_argument(
         "--state-dir",
         type=Path,
@@ -389,7 +397,12 @@ def main() -> None:
         sequence = itertools.count()
         del corpus  # the server needs the memory more than we do
         t = time.perf_counter()
-        with server(url, tmp, args.workers) as (base, pid):
+        rerank = (
+            {"model": str(args.rerank_model), "candidates": str(args.rerank_candidates), "budget_ms": "60000"}
+            if args.rerank_model
+            else None
+        )
+        with server(url, tmp, args.workers, rerank) as (base, pid):
             print(f"server ready in {time.perf_counter() - t:.1f}s")
             headers = {"Authorization": f"Bearer {token}"}
 
@@ -399,7 +412,7 @@ def main() -> None:
                     "query": queries[next(sequence) % len(queries)],
                     "top_k": args.top_k,
                     "mode": "hybrid",
-                    "rerank": False,
+                    "rerank": rerank is not None,
                 }
                 return RequestSpec("POST", "/v1/retrieve", body, headers)
 
@@ -425,8 +438,9 @@ def main() -> None:
                 cpu.append(((after[0] - before[0]) * 1000 / sent, (after[1] - before[1]) * 1000 / sent))
                 time.sleep(2.0)  # let queues drain before the next rate
             probe = _probe(base, request, 30)
+    mode = f"rerank of the top {args.rerank_candidates}" if rerank else "no rerank"
     print(
-        f"\nhybrid, no rerank, top_k={args.top_k}, {args.chunks:,} chunks, {args.arrival} arrivals, "
+        f"\nhybrid, {mode}, top_k={args.top_k}, {args.chunks:,} chunks, {args.arrival} arrivals, "
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per rate, {os.cpu_count()} CPUs"
     )
     print_results(results)
