@@ -16,10 +16,12 @@ import faiss
 import numpy as np
 
 from bench.common import clustered_vectors, print_table, recall_at_k, time_per_query
+from core.settings import Settings
 from index.faiss_shards import DenseParams, DenseShard, exact_search
 from retrieve.planner import EF_SEARCH_CAP, OVERFETCH_SAFETY, plan_search, search_shard
 
-SELECTIVITIES = (1.0, 0.1, 0.01, 0.001, 0.0001)
+# The rows (100% .. 0.01%) plus 95% and 50%, where over-fetch and filtered traversal take over.
+SELECTIVITIES = (1.0, 0.95, 0.5, 0.1, 0.01, 0.001, 0.0001)
 TARGET = 0.95
 # Overfetch beyond this many candidates walks most of the graph; cap it so the row finishes.
 OVERFETCH_CAP = 20_000
@@ -33,10 +35,14 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--m", type=int, default=32)
     parser.add_argument("--ef-construction", type=int, default=80)
-    parser.add_argument("--ef-search", type=int, default=64)
-    parser.add_argument("--exact-max-allowed", type=int, default=20_000)
-    parser.add_argument("--exact-max-fraction", type=float, default=0.02)
-    parser.add_argument("--overfetch-min-fraction", type=float, default=0.5)
+    # Defaults: the serving settings (core.settings), so the table shows what a server does.
+    serving = Settings()
+    parser.add_argument("--ef-search", type=int, default=serving.index.hnsw_ef_search)
+    parser.add_argument("--exact-max-allowed", type=int, default=serving.retrieve.exact_max_allowed)
+    parser.add_argument("--exact-max-fraction", type=float, default=serving.retrieve.exact_max_fraction)
+    parser.add_argument(
+        "--overfetch-min-fraction", type=float, default=serving.retrieve.overfetch_min_fraction
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
