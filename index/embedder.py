@@ -145,25 +145,18 @@ class OnnxEmbedder:
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401  (imported here for a clear install hint)
             from transformers import AutoTokenizer
         except ImportError as exc:
             raise ConfigError(INSTALL_HINT) from exc
-        from index.onnx_export import ensure_export
+        from index.onnx_export import cpu_session, ensure_export
 
         self.model_name = model_name
         self.device = "cpu"
         self.export = ensure_export(resolve_model_path(model_name), onnx_dir)
         self.dim = self.export.dim
         self.max_tokens = self.export.max_seq_length
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        # Spinning workers burn the shared cores that Ray workers and the API also need.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(
-            str(self.export.model_file), options, providers=["CPUExecutionProvider"]
-        )
+        self._session = cpu_session(self.export.model_file, threads=threads or min(2, os.cpu_count() or 1))
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.export.path))
         self._counter = TokenCounter(self._tokenizer)
         self._batch_size = batch_size

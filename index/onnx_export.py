@@ -195,6 +195,21 @@ def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExp
     return _export_from_meta(out_dir, meta)
 
 
+def cpu_session(model_file: Path, *, threads: int) -> Any:
+    """An onnxruntime CPU session: ``threads`` intra-op threads, sequential, no spinning.
+
+    Spinning workers burn the shared cores that the API, Ray workers and the other model need.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+
+
 def pool(
     token_embeddings: np.ndarray, attention_mask: np.ndarray, *, pooling: str, normalize: bool
 ) -> np.ndarray:

@@ -27,6 +27,7 @@ import numpy as np
 from core.errors import ConfigError
 from index.onnx_export import (
     MODEL_FILE,
+    cpu_session,
     export_transformer,
     onnx_cache_dir,
     publish_export,
@@ -158,7 +159,7 @@ class OnnxCrossEncoderReranker(BatchedCrossEncoder):
         threads: int | None = None,
     ) -> None:
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401  (imported here for a clear install hint)
             from transformers import AutoTokenizer
         except ImportError as exc:
             raise ConfigError(INSTALL_HINT) from exc
@@ -172,15 +173,7 @@ class OnnxCrossEncoderReranker(BatchedCrossEncoder):
         self.export = export
         self._max_length = limit
         self._tokenizer = tokenizer
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # Spinning workers burn the shared cores that the API and the embedder also need.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(
-            str(export.model_file), options, providers=["CPUExecutionProvider"]
-        )
+        self._session = cpu_session(export.model_file, threads=threads or 1)
 
     @property
     def max_length(self) -> int:
