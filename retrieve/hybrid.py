@@ -35,12 +35,16 @@ class PlannerConfig:
 
 @dataclass(frozen=True, slots=True)
 class Masks:
+    """Allowed positions per shard and in the delta, with their counts (counted once)."""
+
     shards: tuple[np.ndarray, ...]
     delta: np.ndarray
+    shard_counts: tuple[int, ...]
+    delta_count: int
 
     @property
     def allowed(self) -> int:
-        return int(sum(int(m.sum()) for m in self.shards) + int(self.delta.sum()))
+        return sum(self.shard_counts) + self.delta_count
 
 
 @dataclass(slots=True)
@@ -65,7 +69,8 @@ def build_masks(state: ServingState, snap: ServingIndex, acl: AclFilter) -> Mask
             view.chunk_mask(docs, d, v) for d, v in zip(snap.shard_doc_idx, snap.shard_versions, strict=True)
         )
         delta = view.chunk_mask(docs, snap.delta_doc_idx, snap.delta.versions)
-    return Masks(shards, delta)
+    counts = tuple(int(np.count_nonzero(m)) for m in shards)
+    return Masks(shards, delta, counts, int(np.count_nonzero(delta)))
 
 
 def _merge(parts: list[list[Hit]], k: int) -> list[Hit]:
@@ -90,12 +95,14 @@ class HybridSearcher:
     ) -> list[Hit]:
         q = np.ascontiguousarray(query_vec.reshape(1, -1), dtype=np.float32)
         tasks: list[tuple[str, Callable[[], list[Hit]]]] = []
-        for shard, mask in zip(snap.version.shards if snap.version else (), masks.shards, strict=True):
-            plan = self._plan(shard.dense.kind, int(mask.sum()), shard.dense.ntotal, k)
+        shards = snap.version.shards if snap.version else ()
+        for shard, mask, allowed in zip(shards, masks.shards, masks.shard_counts, strict=True):
+            plan = self._plan(shard.dense.kind, allowed, shard.dense.ntotal, k)
             log.plans.append(f"shard{shard.shard}:{plan.strategy}:{plan.allowed_count}/{plan.total}")
             tasks.append((f"shard{shard.shard}", partial(self._dense_shard, shard, q, k, mask, plan)))
         parts = self._fan_out("dense", tasks, log)
-        parts.append(self._dense_delta(snap, masks.delta, q, k))
+        if masks.delta_count:
+            parts.append(self._dense_delta(snap, masks.delta, q, k))
         return _merge(parts, k)
 
     def _plan(self, kind: str, n_allowed: int, n_total: int, k: int) -> SearchPlan:
@@ -125,8 +132,6 @@ class HybridSearcher:
 
     @staticmethod
     def _dense_delta(snap: ServingIndex, mask: np.ndarray, q: np.ndarray, k: int) -> list[Hit]:
-        if not mask.any():
-            return []
         scores, pos = exact_search(snap.delta.vectors, q, k, mask)
         rows = snap.delta.rows
         return [
@@ -136,11 +141,13 @@ class HybridSearcher:
     def lexical(self, snap: ServingIndex, masks: Masks, query: str, k: int, log: StageLog) -> list[Hit]:
         tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
             (f"shard{shard.shard}", partial(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask))
-            for shard, mask in zip(snap.version.shards if snap.version else (), masks.shards, strict=True)
-            if mask.any()
+            for shard, mask, allowed in zip(
+                snap.version.shards if snap.version else (), masks.shards, masks.shard_counts, strict=True
+            )
+            if allowed
         ]
         parts = self._fan_out("lexical", tasks, log)
-        if snap.delta.lexical is not None and masks.delta.any():
+        if snap.delta.lexical is not None and masks.delta_count:
             parts.append(self._lexical_one(snap.delta.lexical, snap.delta.rows, query, k, masks.delta))
         return _merge(parts, k)
 
@@ -177,14 +184,8 @@ class HybridSearcher:
         return parts + self._gather(stage, futures, log, deadline=started + self.timeout)
 
     def _gather(
-        self,
-        stage: str,
-        futures: list[tuple[str, Future[list[Hit]]]],
-        log: StageLog,
-        *,
-        deadline: float | None = None,
+        self, stage: str, futures: list[tuple[str, Future[list[Hit]]]], log: StageLog, *, deadline: float
     ) -> list[list[Hit]]:
-        deadline = time.monotonic() + self.timeout if deadline is None else deadline
         parts: list[list[Hit]] = []
         for name, fut in futures:
             try:

@@ -198,7 +198,6 @@ def _try_add(
     item: PackItem,
     spans: list[tuple[int, str]],
     fits: Callable[[list[_Block]], bool],
-    sep: str,
 ) -> tuple[list[_Block], bool] | None:
     """Blocks with the first candidate span that fits, and whether it was the parent."""
     for position, (start, text) in enumerate(spans):
@@ -272,16 +271,13 @@ def pack_context(
         if count_many is not None:
             spans = [text for item in items for _, text in _candidate_spans(item, expand_parent)]
             counter.prefill(spans, count_many)
-        return _pack(
-            items, count_tokens, budget, expand_parent, separator, counter.fits(budget), counter.total
-        )
+        return _pack(items, count_tokens, budget, expand_parent, separator, counter.total)
     return _pack(
         items,
         count_tokens,
         budget,
         expand_parent,
         separator,
-        lambda blocks: count_tokens(_assemble(blocks, separator)) <= budget,
         lambda blocks: count_tokens(_assemble(blocks, separator)),
     )
 
@@ -306,9 +302,6 @@ class _AdditiveCounter:
     def total(self, blocks: Sequence[_Block]) -> int:
         return sum(self.count(b.text) for b in blocks) + self._sep_tokens * max(0, len(blocks) - 1)
 
-    def fits(self, budget: int) -> Callable[[list[_Block]], bool]:
-        return lambda blocks: self.total(blocks) <= budget
-
 
 def _pack(
     items: Sequence[PackItem],
@@ -316,15 +309,18 @@ def _pack(
     budget: int,
     expand_parent: bool,
     separator: str,
-    fits: Callable[[list[_Block]], bool],
     total: Callable[[list[_Block]], int],
 ) -> PackedContext:
+    """Greedy packing in rank order; ``total`` is the token count of the joined blocks."""
+
+    def fits(trial: list[_Block]) -> bool:
+        return total(trial) <= budget
 
     blocks: list[_Block] = []
     notes: list[str] = []
     truncated = False
     for rank, item in enumerate(items):
-        added = _try_add(blocks, item, _candidate_spans(item, expand_parent), fits, separator)
+        added = _try_add(blocks, item, _candidate_spans(item, expand_parent), fits)
         if added is not None:
             blocks, used_parent = added
             if used_parent:
