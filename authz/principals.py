@@ -68,7 +68,9 @@ class KeyAuthenticator:
 
     def cached(self, token: str) -> Principal | None:
         """The principal for ``token`` from the TTL cache, without touching the database."""
-        digest = hash_token(token)
+        return self._cached(hash_token(token))
+
+    def _cached(self, digest: bytes) -> Principal | None:
         with self._lock:
             cached = self._cache.get(digest)
         if cached is not None and cached[0] > time.monotonic():
@@ -78,10 +80,10 @@ class KeyAuthenticator:
     def authenticate(self, token: str | None) -> Principal:
         if not token:
             raise AuthenticationError("missing bearer token")
-        hit = self.cached(token)
+        digest = hash_token(token)
+        hit = self._cached(digest)
         if hit is not None:
             return hit
-        digest = hash_token(token)
         now = time.monotonic()
         principal = self._load(token)
         with self._lock:
