@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, get_args
 import numpy as np
 
 from core.errors import ConfigError
-from index.onnx_export import INSTALL_HINT
+from index.onnx_export import INSTALL_HINT, exporter_available
 from index.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -251,12 +251,7 @@ class EmbeddingSpec:
             return self.backend  # type: ignore[return-value]
         if self.backend != "auto":
             raise ConfigError(f"unknown embedding backend {self.backend!r}; choose auto, torch or onnx")
-        if pick_device(self.device) != "cpu" or self.onnx_dir is None:
-            return "torch"
-        try:
-            import onnx  # noqa: F401
-            import onnxruntime  # noqa: F401
-        except ImportError:
+        if pick_device(self.device) != "cpu" or self.onnx_dir is None or not exporter_available():
             return "torch"
         return "onnx"
 

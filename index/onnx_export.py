@@ -11,7 +11,7 @@ Attention, SkipLayerNormalization, BiasGelu), which are applied before publishin
 
 The building blocks (:func:`source_fingerprint`, :func:`read_meta`,
 :func:`export_transformer`, :func:`publish_export`) are shared with the cross-encoder
-export in ``rerank.onnx``; the rest of this module is the embedding model's export.
+export in ``rerank.onnx_backend``; the rest of this module is the embedding model's export.
 
 Layout of an export folder (``<data_dir>/models/<name>-onnx/``)::
 
@@ -138,13 +138,21 @@ def ensure_export(model_path: str, out_dir: Path) -> OnnxExport:
     return export_model(model_path, out_dir, fingerprint=fingerprint)
 
 
-def require_exporter(hint: str) -> None:
-    """ConfigError(hint) unless both ``onnx`` (for the exporter) and ``onnxruntime`` import."""
+def exporter_available() -> bool:
+    """Whether both ``onnx`` (for the exporter) and ``onnxruntime`` import: what ``auto``
+    backends need before choosing ONNX."""
     try:
         import onnx  # noqa: F401  (the TorchScript exporter imports it)
         import onnxruntime  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(hint) from exc
+    except ImportError:
+        return False
+    return True
+
+
+def require_exporter(hint: str) -> None:
+    """ConfigError(hint) unless :func:`exporter_available`."""
+    if not exporter_available():
+        raise ConfigError(hint)
 
 
 def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExport:

@@ -242,12 +242,9 @@ def resolve_backend(backend: str, *, device: str, data_dir: Path | None) -> Lite
         raise ConfigError(f"unknown reranker backend {backend!r}; choose one of {get_args(Backend)}")
     if backend != "auto":
         return "onnx" if backend == "onnx" else "torch"
-    if data_dir is None or resolve_device(device) != "cpu":
-        return "torch"
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError:
+    from index.onnx_export import exporter_available
+
+    if data_dir is None or resolve_device(device) != "cpu" or not exporter_available():
         return "torch"
     return "onnx"
 

@@ -207,10 +207,6 @@ def load_onnx_reranker(
     threads: int | None = None,
 ) -> OnnxCrossEncoderReranker:
     """The ONNX reranker for a local model folder, exported into ``data_dir`` on first use."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(INSTALL_HINT) from exc
     export = ensure_rerank_export(model_path, rerank_onnx_dir(data_dir, model_path))
     return OnnxCrossEncoderReranker(
         export,
