@@ -86,6 +86,8 @@ class LoadResult:
     status_counts: dict[str, int]
     server_p50_ms: dict[str, float] = field(default_factory=dict)
     server_p95_ms: dict[str, float] = field(default_factory=dict)
+    # Each counter's increase over the rate (warm-up included) per request sent in it.
+    per_request: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -219,6 +221,7 @@ async def run_rates(
     max_connections: int = 512,
     pause_s: float = 2.0,
     server_timings: ServerTimings | None = None,
+    counters: Mapping[str, Callable[[], float]] | None = None,
 ) -> list[LoadResult]:
     """Run each config in turn on one client, pausing between rates so queues drain.
 
@@ -229,6 +232,8 @@ async def run_rates(
         max_connections: client connection limit; keep it above rate x worst latency.
         pause_s: idle time between rates.
         server_timings: see :func:`run_rate`.
+        counters: monotonic readings (e.g. a process's CPU ms) taken before and after each
+            rate; their increase per request sent lands in ``LoadResult.per_request``.
 
     Returns:
         One result per config, in order.
@@ -240,7 +245,13 @@ async def run_rates(
         for i, config in enumerate(configs):
             if i:
                 await asyncio.sleep(pause_s)
-            results.append(await run_rate(client, next_request, config, server_timings))
+            before = {name: read() for name, read in (counters or {}).items()}
+            result = await run_rate(client, next_request, config, server_timings)
+            sent = len(arrival_offsets(config))
+            result.per_request.update(
+                {name: (read() - before[name]) / max(1, sent) for name, read in (counters or {}).items()}
+            )
+            results.append(result)
     return results
 
 
@@ -275,6 +286,13 @@ def print_results(results: Sequence[LoadResult]) -> None:
     bad = {k: v for r in results for k, v in r.status_counts.items() if k != "200"}
     if bad:
         print(f"non-200 outcomes: {bad}")
+    counted = list(dict.fromkeys(k for r in results for k in r.per_request))
+    if counted:
+        print("\nper request sent (warm-up included):")
+        print_table(
+            ["rate/s", *counted],
+            [[f"{r.rate:g}"] + [f"{r.per_request.get(c, math.nan):.1f}" for c in counted] for r in results],
+        )
     stages = list(dict.fromkeys(k for r in results for k in r.server_p50_ms))
     if stages:
         print("\nserver-reported timings, p50 / p95 ms per stage:")

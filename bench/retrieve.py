@@ -44,7 +44,6 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
-from bench.common import print_table
 from bench.http import Reply
 from bench.load import LoadConfig, RequestSpec, print_results, run_rates
 from catalog import indexes as indexes_repo
@@ -429,14 +428,13 @@ def main() -> None:
                 )  # fmt: skip
                 for i, r in enumerate(rates)
             ]
-            results, cpu = [], []
-            for config in configs:
-                before = _cpu_seconds(pid), _cpu_seconds(os.getpid(), children=False)
-                results.extend(asyncio.run(run_rates(base, request, [config], server_timings=server_timings)))
-                after = _cpu_seconds(pid), _cpu_seconds(os.getpid(), children=False)
-                sent = max(1.0, config.rate * (config.warmup_s + config.duration_s))
-                cpu.append(((after[0] - before[0]) * 1000 / sent, (after[1] - before[1]) * 1000 / sent))
-                time.sleep(2.0)  # let queues drain before the next rate
+            counters = {
+                "server CPU ms": lambda: _cpu_seconds(pid) * 1000,
+                "load generator CPU ms": lambda: _cpu_seconds(os.getpid(), children=False) * 1000,
+            }
+            results = asyncio.run(
+                run_rates(base, request, configs, server_timings=server_timings, counters=counters)
+            )
             probe = _probe(base, request, 30)
     mode = f"rerank of the top {args.rerank_candidates}" if rerank else "no rerank"
     print(
@@ -444,11 +442,6 @@ def main() -> None:
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per rate, {os.cpu_count()} CPUs"
     )
     print_results(results)
-    print("\nCPU per request (ms; user + system, the server's processes and the load generator):")
-    print_table(
-        ["rate/s", "server CPU ms", "load generator CPU ms"],
-        [[f"{r.rate:g}", f"{s:.1f}", f"{c:.1f}"] for r, (s, c) in zip(results, cpu, strict=True)],
-    )
     print("\nsequential probe after the load (30 requests, medians): " + probe)
 
 

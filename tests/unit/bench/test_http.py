@@ -9,7 +9,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from bench.http import HttpError, LeanClient
-from bench.load import LoadConfig, RequestSpec, run_rate
+from bench.load import LoadConfig, RequestSpec, run_rate, run_rates
+
+SERVED = [0]  # requests answered, for the per-request counter test
 
 
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -17,6 +19,7 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
+            SERVED[0] += 1
             lines = head.decode().split("\r\n")
             method, path, _ = lines[0].split(" ")
             headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
@@ -110,3 +113,25 @@ def test_open_loop_rate_counts_and_server_timings() -> None:
 def test_only_plain_http_urls() -> None:
     with pytest.raises(ValueError):
         LeanClient("https://example.org")
+
+
+def test_counters_are_reported_per_request_sent() -> None:
+    async def check() -> list[float]:
+        server = await asyncio.start_server(_serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            configs = [LoadConfig(rate=r, duration_s=0.4, warmup_s=0.1, arrival="fixed") for r in (20, 40)]
+            results = await run_rates(
+                f"http://127.0.0.1:{port}",
+                lambda i: RequestSpec("GET", "/json"),
+                configs,
+                pause_s=0.05,
+                counters={"served": lambda: float(SERVED[0]), "constant": lambda: 7.0},
+            )
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert [r.per_request["constant"] for r in results] == [0.0, 0.0]
+        return [r.per_request["served"] for r in results]
+
+    assert asyncio.run(check()) == [1.0, 1.0]  # one server hit per request sent, warm-up included
