@@ -141,23 +141,21 @@ class TokenCounter:
         spec = json.loads(self._raw.to_str())
         if (spec.get("model") or {}).get("type") != "WordPiece":
             return False
-        pre = spec.get("pre_tokenizer") or {}
-        pre_kinds = (
-            [p.get("type") for p in pre.get("pretokenizers", [])]
-            if pre.get("type") == "Sequence"
-            else [pre.get("type")]
-        )
+        pre_kinds = _component_types(spec, "pre_tokenizer", "pretokenizers")
         if not pre_kinds or pre_kinds[0] not in _SPLITTING_PRE_TOKENIZERS:
             return False
-        norm = spec.get("normalizer") or {}
-        norm_kinds = (
-            [n.get("type") for n in norm.get("normalizers", [])]
-            if norm.get("type") == "Sequence"
-            else [norm.get("type")]
-        )
+        norm_kinds = _component_types(spec, "normalizer", "normalizers")
         if any(kind is not None and kind not in _PER_CHAR_NORMALIZERS for kind in norm_kinds):
             return False
         return all(
             self.count(a + sep + b) == self.count(a) + self.count(sep) + self.count(b)
             for a, sep, b in _ADDITIVITY_PROBES
         )
+
+
+def _component_types(spec: dict[str, Any], key: str, members: str) -> list[str | None]:
+    """Types of a tokenizer.json component, a ``Sequence`` unpacked into its members."""
+    part = spec.get(key) or {}
+    if part.get("type") == "Sequence":
+        return [m.get("type") for m in part.get(members, [])]
+    return [part.get("type")]
