@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg.rows import kwargs_row
 from psycopg.types.json import Jsonb
 
 from catalog.changes import record_change
@@ -44,41 +45,31 @@ _DOC_COLUMNS = (
 )
 
 
-def _doc(row: tuple) -> DocumentRow:
-    return DocumentRow(
-        doc_id=row[0],
-        tenant_id=row[1],
-        external_id=row[2],
-        source=row[3],
-        title=row[4],
-        mime_type=row[5],
-        content_hash=row[6],
-        current_version=row[7],
-        metadata=row[8] or {},
-        acl=Acl(principals=tuple(row[9]), public=row[10]),
-        state=row[11],
-        created_at=row[12],
-        updated_at=row[13],
-    )
+def _doc(
+    *, metadata: Mapping[str, Any] | None, acl_principals: list[str], acl_public: bool, **columns: Any
+) -> DocumentRow:
+    return DocumentRow(metadata=metadata or {}, acl=Acl(tuple(acl_principals), acl_public), **columns)
+
+
+_DOC_ROW = kwargs_row(_doc)
 
 
 def get_document(
     conn: psycopg.Connection, *, tenant_id: str, external_id: str, lock: bool = False
 ) -> DocumentRow | None:
     sql = f"SELECT {_DOC_COLUMNS} FROM documents WHERE tenant_id = %s AND external_id = %s"
-    row = conn.execute(sql + (" FOR UPDATE" if lock else ""), (tenant_id, external_id)).fetchone()
-    return _doc(row) if row else None
+    with conn.cursor(row_factory=_DOC_ROW) as cur:
+        return cur.execute(sql + (" FOR UPDATE" if lock else ""), (tenant_id, external_id)).fetchone()
 
 
 def documents_by_id(conn: psycopg.Connection, *, doc_ids: Sequence[int] | None) -> list[DocumentRow]:
     """The given documents, or all of them when ``doc_ids`` is None."""
-    if doc_ids is None:
-        rows = conn.execute(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY doc_id").fetchall()
-    else:
-        rows = conn.execute(
+    with conn.cursor(row_factory=_DOC_ROW) as cur:
+        if doc_ids is None:
+            return cur.execute(f"SELECT {_DOC_COLUMNS} FROM documents ORDER BY doc_id").fetchall()
+        return cur.execute(
             f"SELECT {_DOC_COLUMNS} FROM documents WHERE doc_id = ANY(%s)", (list(doc_ids),)
         ).fetchall()
-    return [_doc(r) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from catalog.changes import record_change
@@ -31,14 +32,15 @@ class VersionRow:
     retired_at: datetime | None
 
 
-_COLUMNS = (
+_FIELDS = (
     "version_id, state, path, embedding_model, dim, n_shards, chunk_count, catalog_position, params,"
     " error, created_at, built_at, retired_at"
 )
-
-
-def _row(r: tuple) -> VersionRow:
-    return VersionRow(*r[:8], r[8] or {}, *r[9:])  # type: ignore[call-arg]
+_COLUMNS = ", ".join(
+    f"coalesce(v.{c}, '{{}}') AS {c}" if c == "params" else f"v.{c}"
+    for c in _FIELDS.replace(" ", "").split(",")
+)
+_VERSION_ROW = class_row(VersionRow)
 
 
 def create_version(
@@ -74,23 +76,24 @@ def mark_failed(conn: psycopg.Connection, *, version_id: str, error: str) -> Non
 
 
 def get_version(conn: psycopg.Connection, *, version_id: str) -> VersionRow | None:
-    row = conn.execute(
-        f"SELECT {_COLUMNS} FROM index_versions WHERE version_id = %s", (version_id,)
-    ).fetchone()
-    return _row(row) if row else None
+    with conn.cursor(row_factory=_VERSION_ROW) as cur:
+        return cur.execute(
+            f"SELECT {_COLUMNS} FROM index_versions v WHERE version_id = %s", (version_id,)
+        ).fetchone()
 
 
 def list_versions(conn: psycopg.Connection) -> list[VersionRow]:
-    return [_row(r) for r in conn.execute(f"SELECT {_COLUMNS} FROM index_versions ORDER BY created_at")]
+    with conn.cursor(row_factory=_VERSION_ROW) as cur:
+        return cur.execute(f"SELECT {_COLUMNS} FROM index_versions v ORDER BY created_at").fetchall()
 
 
 def resolve_alias(conn: psycopg.Connection, *, alias: str) -> VersionRow | None:
-    row = conn.execute(
-        f"SELECT {', '.join('v.' + c.strip() for c in _COLUMNS.split(','))} FROM index_aliases a"
-        " JOIN index_versions v ON v.version_id = a.version_id WHERE a.alias = %s",
-        (alias,),
-    ).fetchone()
-    return _row(row) if row else None
+    with conn.cursor(row_factory=_VERSION_ROW) as cur:
+        return cur.execute(
+            f"SELECT {_COLUMNS} FROM index_aliases a"
+            " JOIN index_versions v ON v.version_id = a.version_id WHERE a.alias = %s",
+            (alias,),
+        ).fetchone()
 
 
 def aliases(conn: psycopg.Connection) -> dict[str, str]:
@@ -126,11 +129,11 @@ def retire(conn: psycopg.Connection, *, version_id: str) -> None:
 
 def gc_candidates(conn: psycopg.Connection, *, grace_seconds: int) -> list[VersionRow]:
     """Versions no alias points at, older than the grace period."""
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM index_versions v WHERE state IN ('ready', 'failed')"
-        " AND NOT EXISTS (SELECT 1 FROM index_aliases a WHERE a.version_id = v.version_id"
-        "                 OR a.previous_version = v.version_id)"
-        " AND coalesce(built_at, created_at) < now() - make_interval(secs => %s)",
-        (grace_seconds,),
-    ).fetchall()
-    return [_row(r) for r in rows]
+    with conn.cursor(row_factory=_VERSION_ROW) as cur:
+        return cur.execute(
+            f"SELECT {_COLUMNS} FROM index_versions v WHERE state IN ('ready', 'failed')"
+            " AND NOT EXISTS (SELECT 1 FROM index_aliases a WHERE a.version_id = v.version_id"
+            "                 OR a.previous_version = v.version_id)"
+            " AND coalesce(built_at, created_at) < now() - make_interval(secs => %s)",
+            (grace_seconds,),
+        ).fetchall()

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row, kwargs_row
 from psycopg.types.json import Jsonb
 
 from core.records import Acl
@@ -76,7 +77,8 @@ class JobRow:
 
 
 _JOB_COLUMNS = (
-    "job_id, tenant_id, kind, state, params, documents_total, documents_done, documents_failed,"
+    "job_id, tenant_id, kind, state, coalesce(params, '{}') AS params, documents_total, documents_done,"
+    " documents_failed,"
     " documents_unchanged, pages, chunks, bytes, cancel_requested, error, created_at, started_at,"
     " finished_at, updated_at"
 )
@@ -86,30 +88,24 @@ _ITEM_COLUMNS = (
 )
 
 
-def _job(r: tuple) -> JobRow:
-    return JobRow(*r[:4], r[4] or {}, *r[5:])  # type: ignore[call-arg]
-
-
-def _item(r: tuple) -> ItemRow:
+def _item(
+    *,
+    metadata: Mapping[str, Any] | None,
+    acl_principals: list[str],
+    acl_public: bool,
+    warnings: list[str],
+    **columns: Any,
+) -> ItemRow:
     return ItemRow(
-        job_id=r[0],
-        item_no=r[1],
-        external_id=r[2],
-        mime_type=r[3],
-        title=r[4],
-        metadata=r[5] or {},
-        acl=Acl(tuple(r[6]), r[7]),
-        payload_path=r[8],
-        byte_size=r[9],
-        state=r[10],
-        error_code=r[11],
-        error_message=r[12],
-        doc_id=r[13],
-        version=r[14],
-        chunks=r[15],
-        pages=r[16],
-        warnings=tuple(r[17]),
+        metadata=metadata or {},
+        acl=Acl(tuple(acl_principals), acl_public),
+        warnings=tuple(warnings),
+        **columns,
     )
+
+
+_JOB_ROW = class_row(JobRow)
+_ITEM_ROW = kwargs_row(_item)
 
 
 def create_job(
@@ -157,8 +153,8 @@ def get_job(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str | Non
     if tenant_id is not None:
         sql += " AND tenant_id = %s"
         args.append(tenant_id)
-    row = conn.execute(sql, args).fetchone()
-    return _job(row) if row else None
+    with conn.cursor(row_factory=_JOB_ROW) as cur:
+        return cur.execute(sql, args).fetchone()
 
 
 def list_jobs(
@@ -172,10 +168,10 @@ def list_jobs(
         clauses.append("state = %s")
         args.append(state)
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-    rows = conn.execute(
-        f"SELECT {_JOB_COLUMNS} FROM jobs{where} ORDER BY created_at DESC LIMIT %s", [*args, limit]
-    ).fetchall()
-    return [_job(r) for r in rows]
+    with conn.cursor(row_factory=_JOB_ROW) as cur:
+        return cur.execute(
+            f"SELECT {_JOB_COLUMNS} FROM jobs{where} ORDER BY created_at DESC LIMIT %s", [*args, limit]
+        ).fetchall()
 
 
 def items(conn: psycopg.Connection, *, job_id: uuid.UUID, state: str | None = None) -> list[ItemRow]:
@@ -184,7 +180,8 @@ def items(conn: psycopg.Connection, *, job_id: uuid.UUID, state: str | None = No
     if state is not None:
         sql += " AND state = %s"
         args.append(state)
-    return [_item(r) for r in conn.execute(sql + " ORDER BY item_no", args).fetchall()]
+    with conn.cursor(row_factory=_ITEM_ROW) as cur:
+        return cur.execute(sql + " ORDER BY item_no", args).fetchall()
 
 
 def item_payload(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -> bytes | None:
@@ -295,10 +292,15 @@ def finish_job(conn: psycopg.Connection, *, job_id: uuid.UUID, error: str | None
     return state
 
 
-def request_cancel(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str) -> JobRow | None:
+def request_cancel(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str | None) -> JobRow | None:
+    """Ask a job to stop (a queued one is cancelled at once); None when no such job is visible.
+
+    ``tenant_id`` None is the operator's view (every tenant), as in ``ragline jobs cancel``.
+    """
     conn.execute(
-        "UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE job_id = %s AND tenant_id = %s",
-        (job_id, tenant_id),
+        "UPDATE jobs SET cancel_requested = true, updated_at = now()"
+        " WHERE job_id = %s AND (%s::text IS NULL OR tenant_id = %s)",
+        (job_id, tenant_id, tenant_id),
     )
     conn.execute(
         "UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE job_id = %s AND state = 'queued'",

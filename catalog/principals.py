@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
+from psycopg.rows import kwargs_row
 
 from catalog.changes import record_change
 
@@ -106,34 +108,25 @@ _KEY_COLUMNS = (
 )
 
 
-def _key_row(row: tuple) -> KeyRow:
-    return KeyRow(
-        key_id=row[0],
-        tenant_id=row[1],
-        principal_id=row[2],
-        key_hash=bytes(row[3]),
-        roles=tuple(row[4]),
-        can_delegate=row[5],
-        name=row[6],
-        created_at=row[7],
-        last_used_at=row[8],
-        revoked_at=row[9],
-    )
+def _key_row(*, key_hash: bytes, roles: list[str], **columns: Any) -> KeyRow:
+    return KeyRow(key_hash=bytes(key_hash), roles=tuple(roles), **columns)
+
+
+_KEY_ROW = kwargs_row(_key_row)
 
 
 def get_key(conn: psycopg.Connection, *, key_id: str) -> KeyRow | None:
-    row = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = %s", (key_id,)).fetchone()
-    return _key_row(row) if row else None
+    with conn.cursor(row_factory=_KEY_ROW) as cur:
+        return cur.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = %s", (key_id,)).fetchone()
 
 
 def list_keys(conn: psycopg.Connection, *, tenant_id: str | None = None) -> list[KeyRow]:
-    if tenant_id is None:
-        rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at").fetchall()
-    else:
-        rows = conn.execute(
+    with conn.cursor(row_factory=_KEY_ROW) as cur:
+        if tenant_id is None:
+            return cur.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at").fetchall()
+        return cur.execute(
             f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE tenant_id = %s ORDER BY created_at", (tenant_id,)
         ).fetchall()
-    return [_key_row(r) for r in rows]
 
 
 def revoke_key(conn: psycopg.Connection, *, key_id: str) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from psycopg.rows import kwargs_row
 
 from catalog.documents import DocumentRow, documents_by_id
 
@@ -45,28 +46,27 @@ class FreshChunk:
     vector: np.ndarray | None
 
 
+def _fresh(*, section_path: list[str], vector: bytes | None, **columns: Any) -> FreshChunk:
+    vec = np.frombuffer(vector, dtype="<f4").copy() if vector is not None else None
+    return FreshChunk(section_path=tuple(section_path), vector=vec, **columns)
+
+
+_FRESH_ROW = kwargs_row(_fresh)
+
+
 def live_leaf_chunks(conn: psycopg.Connection, *, doc_ids: Sequence[int], model: str) -> list[FreshChunk]:
     """Leaf chunks of the documents' current versions, with their vectors for ``model``."""
     if not doc_ids:
         return []
-    rows = conn.execute(
-        "SELECT c.chunk_row, c.doc_id, c.version, c.text, c.section_path, e.vector FROM chunks c"
-        " JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version AND d.state = 'active'"
-        " LEFT JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row AND e.model = %s"
-        " WHERE c.doc_id = ANY(%s) AND c.level = 0 ORDER BY c.chunk_row",
-        (model, list(doc_ids)),
-    ).fetchall()
-    return [
-        FreshChunk(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            tuple(r[4]),
-            np.frombuffer(r[5], dtype="<f4").copy() if r[5] is not None else None,
-        )
-        for r in rows
-    ]
+    with conn.cursor(row_factory=_FRESH_ROW) as cur:
+        return cur.execute(
+            "SELECT c.chunk_row AS row, c.doc_id, c.version, c.text, c.section_path, e.vector FROM chunks c"
+            " JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
+            " AND d.state = 'active'"
+            " LEFT JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row AND e.model = %s"
+            " WHERE c.doc_id = ANY(%s) AND c.level = 0 ORDER BY c.chunk_row",
+            (model, list(doc_ids)),
+        ).fetchall()
 
 
 def all_documents(conn: psycopg.Connection) -> list[DocumentRow]:
@@ -92,6 +92,13 @@ class ChunkDetail:
     parent_char_end: int | None
 
 
+def _detail(*, section_path: list[str], metadata: dict[str, Any] | None, **columns: Any) -> ChunkDetail:
+    return ChunkDetail(section_path=tuple(section_path), metadata=dict(metadata or {}), **columns)
+
+
+_DETAIL_ROW = kwargs_row(_detail)
+
+
 def chunk_details(
     conn: psycopg.Connection, *, rows: Sequence[int], tenant_id: str, readers: Sequence[str]
 ) -> dict[int, ChunkDetail]:
@@ -102,32 +109,15 @@ def chunk_details(
     """
     if not rows:
         return {}
-    found = conn.execute(
-        "SELECT c.chunk_row, c.chunk_id, c.doc_id, d.external_id, d.title, c.text, c.char_start, c.char_end,"
-        " c.page_start, c.page_end, c.section_path, d.metadata, p.text, p.char_start, p.char_end"
-        " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-        " LEFT JOIN chunks p ON p.chunk_row = c.parent_row"
-        " WHERE c.chunk_row = ANY(%s) AND d.tenant_id = %s AND d.state = 'active'"
-        " AND c.version = d.current_version AND (d.acl_public OR d.acl_principals && %s::text[])",
-        (list(rows), tenant_id, list(readers)),
-    ).fetchall()
-    return {
-        r[0]: ChunkDetail(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            r[5],
-            r[6],
-            r[7],
-            r[8],
-            r[9],
-            tuple(r[10]),
-            dict(r[11] or {}),
-            r[12],
-            r[13],
-            r[14],
-        )
-        for r in found
-    }
+    with conn.cursor(row_factory=_DETAIL_ROW) as cur:
+        found = cur.execute(
+            "SELECT c.chunk_row AS row, c.chunk_id, c.doc_id, d.external_id, d.title, c.text, c.char_start,"
+            " c.char_end, c.page_start, c.page_end, c.section_path, d.metadata, p.text AS parent_text,"
+            " p.char_start AS parent_char_start, p.char_end AS parent_char_end"
+            " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+            " LEFT JOIN chunks p ON p.chunk_row = c.parent_row"
+            " WHERE c.chunk_row = ANY(%s) AND d.tenant_id = %s AND d.state = 'active'"
+            " AND c.version = d.current_version AND (d.acl_public OR d.acl_principals && %s::text[])",
+            (list(rows), tenant_id, list(readers)),
+        ).fetchall()
+    return {d.row: d for d in found}

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
+from catalog import maintenance as maintenance_repo
 from catalog.indexes import VersionRow
 from core.errors import IndexIntegrityError
 from index.manifest import verify_version
@@ -41,25 +42,16 @@ def reconcile(conn: psycopg.Connection, target: VersionRow) -> Reconciliation:
         rows = np.concatenate([np.load(path / s.path / "row_ids.npy") for s in manifest.shards])
     except IndexIntegrityError as exc:
         files_ok, error, rows = False, exc.message, np.zeros(0, np.int64)
-    row = conn.execute(
-        "WITH idx AS (SELECT unnest(%s::bigint[]) AS r)"
-        " SELECT count(*) FILTER (WHERE c.chunk_row IS NULL),"
-        " count(*) FILTER (WHERE c.chunk_row IS NOT NULL"
-        "   AND (d.state <> 'active' OR d.current_version <> c.version)),"
-        " count(*) FILTER (WHERE d.state = 'active' AND d.current_version = c.version)"
-        " FROM idx LEFT JOIN chunks c ON c.chunk_row = idx.r LEFT JOIN documents d ON d.doc_id = c.doc_id",
-        (rows.tolist(),),
-    ).fetchone()
-    unknown, hidden, live = (int(x) for x in row) if row else (0, 0, 0)
-    outside = conn.execute(
-        "SELECT count(*) FILTER (WHERE NOT changed), count(*) FILTER (WHERE changed) FROM ("
-        " SELECT c.chunk_row, EXISTS (SELECT 1 FROM catalog_changes x WHERE x.doc_id = c.doc_id"
-        "   AND x.kind = 'version' AND x.seq > %s) AS changed"
-        " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
-        " AND d.state = 'active' WHERE c.level = 0 AND NOT (c.chunk_row = ANY(%s))) s",
-        (target.catalog_position, rows.tolist()),
-    ).fetchone()
-    missing, fresh = (int(x) for x in outside) if outside else (0, 0)
+    inside = maintenance_repo.indexed_row_counts(conn, rows=rows.tolist())
+    outside = maintenance_repo.outside_row_counts(conn, rows=rows.tolist(), position=target.catalog_position)
     return Reconciliation(
-        target.version_id, files_ok, error, len(rows), unknown, hidden, live, missing, fresh
+        version_id=target.version_id,
+        files_ok=files_ok,
+        file_error=error,
+        index_rows=len(rows),
+        unknown_rows=inside.unknown,
+        hidden_rows=inside.hidden,
+        live_rows=inside.live,
+        missing_live=outside.missing,
+        fresh_after_build=outside.fresh,
     )

@@ -20,6 +20,7 @@ import psycopg
 
 from catalog import changes as changes_repo
 from catalog import indexes as indexes_repo
+from catalog import maintenance as maintenance_repo
 from index.builder import auto_params, build_version
 from index.faiss_shards import DenseParams
 from index.manifest import read_manifest
@@ -53,27 +54,15 @@ class RebuildConfig:
 
 def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:
     """Every visible leaf chunk with its vector, consistent with one catalog position."""
-    conn.commit()
     rows, docs, tenants, texts, vecs = [], [], [], [], []
-    with conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with maintenance_repo.repeatable_read(conn):
         position = changes_repo.current_position(conn)
-        with conn.cursor(name="rebuild_snapshot") as cur:
-            cur.itersize = 5000
-            cur.execute(
-                "SELECT c.chunk_row, c.doc_id, d.tenant_id, c.text, c.section_path, e.vector FROM chunks c"
-                " JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
-                " AND d.state = 'active'"
-                " JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row AND e.model = %s"
-                " WHERE c.level = 0 ORDER BY c.chunk_row",
-                (model,),
-            )
-            for row in cur:
-                rows.append(row[0])
-                docs.append(row[1])
-                tenants.append(row[2])
-                texts.append(lexical_text(row[3], row[4]))
-                vecs.append(np.frombuffer(row[5], dtype="<f4"))
+        for chunk in maintenance_repo.iter_live_leaf_chunks(conn, model=model):
+            rows.append(chunk.chunk_row)
+            docs.append(chunk.doc_id)
+            tenants.append(chunk.tenant_id)
+            texts.append(lexical_text(chunk.text, chunk.section_path))
+            vecs.append(np.frombuffer(chunk.vector, dtype="<f4"))
     vectors = np.stack(vecs).astype(np.float32) if vecs else np.zeros((0, 0), np.float32)
     return Snapshot(position, np.array(rows, np.int64), np.array(docs, np.int64), tenants, texts, vectors)
 
@@ -168,30 +157,18 @@ def rebuild_advice(
     """Whether the alias's version has too many hidden vectors per shard or too big a delta."""
     target = indexes_repo.resolve_alias(conn, alias=alias)
     if target is None:
-        n = conn.execute("SELECT count(*) FROM chunk_embeddings WHERE model = %s", (model,)).fetchone()
-        count = int(n[0]) if n else 0
+        count = maintenance_repo.embedding_stats(conn, model=model).vectors
         return RebuildAdvice(count > 0, ("no index version yet",) if count else (), {}, count)
     manifest = read_manifest(Path(target.path))
     ratios: dict[int, float] = {}
     reasons = []
     for number, entry in enumerate(manifest.shards):
         rows = np.load(Path(target.path) / entry.path / "row_ids.npy")
-        dead = conn.execute(
-            "SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-            " WHERE c.chunk_row = ANY(%s)"
-            " AND (d.state <> 'active' OR d.current_version <> c.version)",
-            (rows.tolist(),),
-        ).fetchone()
-        ratios[number] = (int(dead[0]) if dead else 0) / max(1, len(rows))
+        dead = maintenance_repo.hidden_count(conn, rows=rows.tolist())
+        ratios[number] = dead / max(1, len(rows))
         if ratios[number] >= tombstone_ratio:
             reasons.append(f"shard {number} tombstone ratio {ratios[number]:.2f} >= {tombstone_ratio}")
-    fresh = conn.execute(
-        "SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-        " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0 AND c.doc_id IN"
-        " (SELECT doc_id FROM catalog_changes WHERE seq > %s AND kind = 'version')",
-        (target.catalog_position,),
-    ).fetchone()
-    delta = int(fresh[0]) if fresh else 0
+    delta = maintenance_repo.fresh_leaf_count(conn, after_position=target.catalog_position)
     if delta >= delta_chunks:
         reasons.append(f"delta holds {delta} chunks >= {delta_chunks}")
     return RebuildAdvice(bool(reasons), tuple(reasons), ratios, delta)

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from catalog import audit, indexes
+from catalog import audit, indexes, maintenance
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
 
 log = logging.getLogger(__name__)
-
-_SCHEDULER_LOCK = 0x7267736368656475
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,14 +38,13 @@ class TickResult:
 
 def tick(conninfo: str, config: RebuildConfig, policy: MaintenancePolicy) -> TickResult:
     """One maintenance pass: rebuild + swap if advised, then delete expired versions."""
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        got = conn.execute("SELECT pg_try_advisory_lock(%s)", (_SCHEDULER_LOCK,)).fetchone()
-        if not got or not got[0]:
+    with (
+        psycopg.connect(conninfo, autocommit=True) as conn,
+        maintenance.try_advisory_lock(conn, maintenance.SCHEDULER_LOCK) as held,
+    ):
+        if not held:
             return TickResult(False, None, (), ())
-        try:
-            return _maintain(conn, conninfo, config, policy)
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEDULER_LOCK,))
+        return _maintain(conn, conninfo, config, policy)
 
 
 def _maintain(

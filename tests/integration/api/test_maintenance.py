@@ -7,9 +7,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from catalog import indexes
+from catalog.maintenance import SCHEDULER_LOCK
 from index.faiss_shards import DenseParams
 from jobs.rebuild_job import RebuildConfig
-from jobs.scheduler import _SCHEDULER_LOCK, MaintenancePolicy, tick
+from jobs.scheduler import MaintenancePolicy, tick
 from tests.integration.api.conftest import make_key, wait_job
 
 pytestmark = pytest.mark.integration
@@ -55,6 +56,6 @@ def test_scheduled_rebuild_swap_and_gc(full_client: TestClient, db_url: str, tmp
     with psycopg.connect(db_url) as conn:
         assert indexes.resolve_alias(conn, alias="live").version_id == third.rebuilt  # type: ignore[union-attr]
         # another replica holds the lock: this one does nothing
-        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEDULER_LOCK,))
+        conn.execute("SELECT pg_advisory_lock(%s)", (SCHEDULER_LOCK,))
         assert tick(db_url, config, policy).ran is False
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEDULER_LOCK,))
+        conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEDULER_LOCK,))
