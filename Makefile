@@ -25,6 +25,7 @@ run: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: setup
 	$(VENV)/bin/mypy

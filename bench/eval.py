@@ -85,10 +85,11 @@ def ingest_collection(
         job_id = jobs_repo.create_job(
             conn, tenant_id=tenant, kind="ingest", items=items, params={"eval": str(collection.root)}
         )
-    from jobs.commands import Progress
+    from core.progress import Progress
 
-    state = runner.run_job(job_id, on_progress=Progress(len(items)))
-    sys.stderr.write("\n")
+    progress = Progress(len(items))
+    state = runner.run_job(job_id, on_progress=progress)
+    progress.close()
     return state, len(items)
 
 
@@ -146,12 +147,10 @@ def evaluate(
 ) -> EvalReport:
     from psycopg_pool import ConnectionPool
 
-    from api.services import build_search_service
     from catalog.connect import database_url
     from catalog.db import apply_migrations
-    from index.commands import rebuild_config
-    from jobs.commands import make_runner
     from jobs.rebuild_job import rebuild, rebuild_advice
+    from wiring import build_search_service, make_runner, rebuild_config
 
     unknown = [m for m in modes if m not in MODES]
     if unknown:

@@ -46,13 +46,15 @@ from catalog import embedded
 from catalog import jobs as jobs_repo
 from catalog.db import apply_migrations
 from catalog.jobs import NewItem
+from core.progress import Progress
 from core.records import Acl, SourceDocument
 from core.settings import Settings
 from index.embedder import Embedder, load_embedder
 from ingest.chunking import chunk_document
+from ingest.files import MIME_BY_SUFFIX, walk
 from ingest.parse import parse_document
 from ingest.pipeline import ChunkingConfig, ItemRef, Prepared, prepare
-from jobs.commands import MIME_BY_SUFFIX, Progress, make_runner, walk
+from wiring import make_runner
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -165,9 +167,10 @@ def run_pipeline(
         job_id = jobs_repo.create_job(conn, tenant_id=TENANT, kind="ingest", items=items)
     runner = make_runner(settings, url, use_ray=use_ray, embedder=embedder)
     started = time.perf_counter()
-    state = runner.run_job(job_id, on_progress=Progress(len(items)))
+    progress = Progress(len(items))
+    state = runner.run_job(job_id, on_progress=progress)
     seconds = time.perf_counter() - started
-    sys.stderr.write("\n")
+    progress.close()
     with psycopg.connect(url) as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None or state not in ("succeeded", "partially_failed"):

@@ -274,7 +274,7 @@ def server(
             [
                 sys.executable,
                 "-m",
-                "core.cli",
+                "cli.main",
                 "serve",
                 "--host",
                 "127.0.0.1",

@@ -252,3 +252,14 @@ def update_acl_if_changed(conn: psycopg.Connection, *, doc: DocumentRow, acl: Ac
         return False
     set_acl(conn, tenant_id=doc.tenant_id, external_id=doc.external_id, acl=acl)
     return True
+
+
+def heading_passage_pairs(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple[str, str]]:
+    """(heading path or title, text) of a tenant's live leaf chunks: mined reranker training pairs."""
+    rows = conn.execute(
+        "SELECT coalesce(nullif(array_to_string(c.section_path, ' '), ''), d.title, ''), c.text"
+        " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
+        " AND d.state = 'active' WHERE d.tenant_id = %s AND c.level = 0",
+        (tenant_id,),
+    ).fetchall()
+    return [(str(q), str(t)) for q, t in rows]

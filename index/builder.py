@@ -20,7 +20,7 @@ import numpy as np
 
 from core.errors import IndexIntegrityError, InvalidInputError
 from index.bm25_shards import LexicalShard
-from index.faiss_shards import DenseParams, DenseShard, choose_kind
+from index.faiss_shards import DenseKind, DenseParams, DenseShard, choose_kind
 from index.manifest import Manifest, ShardEntry, VersionContents, verify_version, write_version
 from index.tokenize import Tokenizer
 
@@ -74,11 +74,14 @@ def assign_shards(
     return buckets[inverse.reshape(-1)]
 
 
-def auto_params(template: DenseParams, *, flat_max: int, ivfpq_min: int) -> Callable[[int], DenseParams]:
-    """Per-shard parameters: ``template`` with its kind chosen by ``choose_kind(n)``."""
+def auto_params(
+    template: DenseParams, *, flat_max: int, ivfpq_min: int, force: DenseKind | None = None
+) -> Callable[[int], DenseParams]:
+    """Per-shard parameters: ``template`` with its kind chosen by ``choose_kind(n)``, or ``force``."""
 
     def params_for(n: int) -> DenseParams:
-        return replace(template, kind=choose_kind(n, flat_max=flat_max, ivfpq_min=ivfpq_min))
+        kind = force or choose_kind(n, flat_max=flat_max, ivfpq_min=ivfpq_min)
+        return replace(template, kind=kind)
 
     return params_for
 

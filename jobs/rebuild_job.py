@@ -22,7 +22,7 @@ from catalog import changes as changes_repo
 from catalog import indexes as indexes_repo
 from catalog import maintenance as maintenance_repo
 from index.builder import auto_params, build_version
-from index.faiss_shards import DenseParams
+from index.faiss_shards import DenseKind, DenseParams
 from index.manifest import read_manifest
 from index.tokenize import Tokenizer
 from retrieve.delta import lexical_text
@@ -49,6 +49,7 @@ class RebuildConfig:
     dense: DenseParams = DenseParams()
     flat_max_vectors: int = 20_000
     ivfpq_min_vectors: int = 2_000_000
+    force_kind: DenseKind | None = None  # every shard gets this kind instead of the size policy
     tokenizer: Tokenizer = Tokenizer()
 
 
@@ -108,7 +109,10 @@ def rebuild(conninfo: str, config: RebuildConfig, *, version_id: str | None = No
                 n_shards=config.n_shards,
                 shard_by=config.shard_by,  # type: ignore[arg-type]
                 dense_params_for=auto_params(
-                    config.dense, flat_max=config.flat_max_vectors, ivfpq_min=config.ivfpq_min_vectors
+                    config.dense,
+                    flat_max=config.flat_max_vectors,
+                    ivfpq_min=config.ivfpq_min_vectors,
+                    force=config.force_kind,
                 ),
                 tokenizer=config.tokenizer,
                 model_name=config.model_name,

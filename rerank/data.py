@@ -58,7 +58,7 @@ def load_beir(root: Path, *, split: str = "test") -> BeirCollection:
     Raises:
         ConfigError: a file is missing.
     """
-    from bench.metrics import load_beir as load_collection
+    from core.beir import load_beir as load_collection
 
     try:
         collection = load_collection(root, split=split)

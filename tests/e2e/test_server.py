@@ -48,7 +48,7 @@ class Server:
 
     def cli(self, *args: str) -> str:
         out = subprocess.run(
-            [sys.executable, "-m", "core.cli", *args],
+            [sys.executable, "-m", "cli.main", *args],
             env=self.env,
             cwd=REPO,
             capture_output=True,
@@ -104,7 +104,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "core.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
             env=env,
             cwd=REPO,
             stdout=log,

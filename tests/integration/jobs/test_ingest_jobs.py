@@ -99,7 +99,7 @@ def test_killed_ingest_resumes_exactly_once(db_url: str, tmp_path: Path) -> None
     cmd = [
         sys.executable,
         "-m",
-        "core.cli",
+        "cli.main",
         "ingest",
         str(corpus),
         "--tenant",
@@ -123,7 +123,7 @@ def test_killed_ingest_resumes_exactly_once(db_url: str, tmp_path: Path) -> None
         job_id = conn.execute("SELECT job_id FROM jobs WHERE tenant_id = 'killme'").fetchone()[0]
         assert conn.execute("SELECT state FROM jobs WHERE job_id = %s", (job_id,)).fetchone()[0] == "running"
     out = subprocess.run(
-        [sys.executable, "-m", "core.cli", "jobs", "resume", str(job_id)],
+        [sys.executable, "-m", "cli.main", "jobs", "resume", str(job_id)],
         env=env,
         cwd=REPO,
         capture_output=True,

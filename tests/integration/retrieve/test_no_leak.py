@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from psycopg_pool import ConnectionPool
 
-from api.services import build_search_service
 from authz.acl import AclFilter, DocumentFilters
 from catalog import documents as docs_repo
 from catalog import indexes
@@ -29,6 +28,7 @@ from jobs.rebuild_job import RebuildConfig, rebuild
 from jobs.runner import IngestRunner, RunnerConfig
 from retrieve.service import RetrieveRequest
 from tests.conftest import truncate_all
+from wiring import build_search_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -7,11 +7,11 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from api.services import build_search_service
 from catalog import documents as docs_repo
 from catalog.principals import ensure_tenant
 from core.records import Acl
 from core.settings import Settings
+from wiring import build_search_service
 
 pytestmark = pytest.mark.integration
 

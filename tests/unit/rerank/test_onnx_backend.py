@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from api.services import _reranker
 from core.errors import ConfigError
 from core.settings import RerankSettings, Settings
 from index.onnx_export import MODEL_FILE, source_fingerprint
@@ -28,6 +27,7 @@ from rerank.onnx_backend import (
     rerank_onnx_dir,
 )
 from tests.unit.rerank.conftest import HAS_ONNX, TOPICS, needs_onnx
+from wiring import build_reranker
 
 PASSAGES = [passage for _, passage in TOPICS]
 LONG = "the lift of a wing in a slipstream depends on the angle of attack " * 40
@@ -184,14 +184,13 @@ def test_settings_wire_the_onnx_backend(
     settings = Settings(
         data_dir=onnx_data_dir, rerank={"model": str(model_dir), "backend": "onnx", "threads": 1}
     )
-    scorer, closers = _reranker(settings)
+    scorer = build_reranker(settings)
+    assert scorer is not None
     try:
-        assert scorer is not None
         got = scorer.score("capital of france", PASSAGES)
         assert got == pytest.approx(onnx_reranker.score("capital of france", PASSAGES), abs=1e-5)
     finally:
-        for close in closers:
-            close()
+        scorer.close()
 
 
 def test_settings_default_to_torch_with_one_thread() -> None:

@@ -1,38 +1,23 @@
-"""The ``ragline`` command. Each package registers its own subcommands; imports are lazy so
-``ragline db status`` does not load torch or Ray."""
+"""The ``ragline`` command: each module of ``cli/`` registers one command group."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import warnings
 
+from cli import db, evaluate, index, jobs, keys, reranker, serve
 from core.errors import RaglineError
 
-# package module -> it defines register(subparsers)
-_COMMAND_MODULES = (
-    "catalog.commands",
-    "authz.commands",
-    "api.commands",
-    "jobs.commands",
-    "index.commands",
-    "bench.commands",
-    "rerank.commands",
-)
+# each defines register(subparsers); heavy imports stay inside the handlers
+_GROUPS = (db, keys, serve, jobs, index, evaluate, reranker)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragline", description="ragline: RAG ingestion and retrieval")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # that package has no commands yet
-            raise
-        module.register(sub)
+    for group in _GROUPS:
+        group.register(sub)
     return parser
 
 

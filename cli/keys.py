@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from cli.output import add_json_flag, print_rows
 from core.settings import get_settings
 
 
@@ -19,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     create.set_defaults(handler=_create)
     lst = ksub.add_parser("list", help="list keys (never the secret)")
     lst.add_argument("--tenant")
+    add_json_flag(lst)
     lst.set_defaults(handler=_list)
     rev = ksub.add_parser("revoke", help="revoke a key by id; effective within one second")
     rev.add_argument("key_id")
@@ -55,11 +57,24 @@ def _list(args: argparse.Namespace) -> int:
     from catalog.principals import list_keys
 
     with psycopg.connect(_conninfo()) as conn:
-        for k in list_keys(conn, tenant_id=args.tenant):
-            state = "revoked" if k.revoked_at else "active"
-            print(
-                f"{k.key_id}\t{k.tenant_id}\t{k.principal_id}\t{','.join(k.roles)}\t{state}\t{k.name or ''}"
-            )
+        keys = list_keys(conn, tenant_id=args.tenant)
+    rows = [  # never the hash, let alone a secret
+        {
+            "key_id": k.key_id,
+            "tenant_id": k.tenant_id,
+            "principal_id": k.principal_id,
+            "roles": list(k.roles),
+            "delegate": k.can_delegate,
+            "state": "revoked" if k.revoked_at else "active",
+            "name": k.name,
+            "created_at": k.created_at,
+            "last_used_at": k.last_used_at,
+            "revoked_at": k.revoked_at,
+        }
+        for k in keys
+    ]
+    columns = ("key_id", "tenant_id", "principal_id", "roles", "delegate", "state", "name", "last_used_at")
+    print_rows(rows, columns, as_json=args.json, title="keys")
     return 0
 
 

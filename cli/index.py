@@ -5,18 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+import psycopg
+
+from cli.output import add_json_flag, print_json, print_rows
 from core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from catalog.indexes import VersionRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     index = sub.add_parser("index", help="index versions, rebuilds, aliases")
     isub = index.add_subparsers(dest="index_action", required=True)
-    isub.add_parser("list", help="versions and aliases").set_defaults(handler=_list)
-    show = isub.add_parser("show", help="a version's manifest")
+    lst = isub.add_parser("list", help="versions and aliases")
+    add_json_flag(lst)
+    lst.set_defaults(handler=_list)
+    show = isub.add_parser("show", help="a version: catalog row, shards and manifest")
     show.add_argument("version")
+    add_json_flag(show)
     show.set_defaults(handler=_show)
     rebuild = isub.add_parser("rebuild", help="build a new version from the catalog (no re-embedding)")
     rebuild.add_argument("--if-needed", action="store_true", help="only when thresholds are passed")
@@ -31,19 +42,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     gc.add_argument("--grace-seconds", type=int)
     gc.set_defaults(handler=_gc)
     cap = isub.add_parser("capacity", help="memory and disk for the current corpus, per index kind")
+    add_json_flag(cap)
     cap.set_defaults(handler=_capacity)
     verify = isub.add_parser("verify", help="check files and reconcile counts with the catalog")
     verify.add_argument("--alias", default="live")
     verify.set_defaults(handler=_verify)
 
 
-def _conn(settings: Settings) -> tuple[Any, str]:
-    import psycopg
-
+def _conn(settings: Settings) -> tuple[psycopg.Connection, str]:
     from catalog.connect import migrated_url
 
     url = migrated_url(settings)
     return psycopg.connect(url), url
+
+
+def _version_dict(v: VersionRow, aliases: dict[str, str]) -> dict[str, object]:
+    return {
+        "version_id": v.version_id,
+        "state": v.state,
+        "aliases": sorted(a for a, t in aliases.items() if t == v.version_id),
+        "model": v.embedding_model,
+        "dim": v.dim,
+        "shards": v.n_shards,
+        "chunks": v.chunk_count,
+        "position": v.catalog_position,
+        "created_at": v.created_at,
+        "built_at": v.built_at,
+        "path": v.path,
+        "error": v.error,
+    }
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -52,9 +79,9 @@ def _list(args: argparse.Namespace) -> int:
     conn, _ = _conn(get_settings())
     with conn:
         aliases = indexes.aliases(conn)
-        for v in indexes.list_versions(conn):
-            names = ",".join(a for a, t in aliases.items() if t == v.version_id)
-            print(f"{v.version_id}\t{v.state}\t{v.chunk_count} chunks\tpos {v.catalog_position}\t{names}")
+        rows = [_version_dict(v, aliases) for v in indexes.list_versions(conn)]
+    columns = ("version_id", "state", "aliases", "model", "shards", "chunks", "position", "built_at")
+    print_rows(rows, columns, as_json=args.json, title="index versions")
     return 0
 
 
@@ -64,49 +91,36 @@ def _show(args: argparse.Namespace) -> int:
     conn, _ = _conn(get_settings())
     with conn:
         row = indexes.get_version(conn, version_id=args.version)
+        aliases = indexes.aliases(conn)
     if row is None:
-        print(f"no version {args.version}")
+        print(f"ragline: no index version {args.version}", file=sys.stderr)
         return 1
-    print(Path(row.path, "manifest.json").read_text() if Path(row.path, "manifest.json").exists() else row)
+    manifest_path = Path(row.path, "manifest.json")
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
+    if args.json:
+        print_json({**_version_dict(row, aliases), "params": dict(row.params), "manifest": manifest})
+        return 0
+    for key, value in _version_dict(row, aliases).items():
+        print(f"{key:>10}: {'' if value is None else value}")
+    if manifest is None:
+        print("  manifest: absent")
+        return 0
+    shards = [
+        {
+            "shard": i,
+            **{k: s.get(k) for k in ("path", "kind", "requested_kind", "n_vectors", "fallback_reason")},
+        }
+        for i, s in enumerate(manifest.get("shards", []))
+    ]
+    columns = ("shard", "path", "kind", "requested_kind", "n_vectors", "fallback_reason")
+    print_rows(shards, columns, as_json=False, title="shards")
     return 0
-
-
-def rebuild_config(settings: Settings, shards: int | None = None) -> Any:
-    from index.faiss_shards import DenseParams
-    from index.tokenize import Tokenizer
-    from jobs.rebuild_job import RebuildConfig
-
-    ix = settings.index
-    dense = DenseParams(
-        kind="hnsw",
-        hnsw_m=ix.hnsw_m,
-        ef_construction=ix.hnsw_ef_construction,
-        ef_search=ix.hnsw_ef_search,
-        nlist=ix.ivf_nlist,
-        nprobe=ix.ivf_nprobe,
-        pq_m=ix.pq_m,
-        pq_nbits=ix.pq_nbits,
-    )
-    flat_max, ivf_min = ix.flat_max_vectors, ix.ivfpq_min_vectors
-    if ix.kind != "auto":  # a forced kind: every shard gets it
-        flat_max, ivf_min = (
-            (10**12, 10**12) if ix.kind == "flat" else (0, 0 if ix.kind == "ivfpq" else 10**12)
-        )
-    return RebuildConfig(
-        index_root=settings.index_dir,
-        model_name=settings.embedding_model,
-        n_shards=shards or ix.shards,
-        shard_by=ix.shard_by,
-        dense=dense,
-        flat_max_vectors=flat_max,
-        ivfpq_min_vectors=ivf_min,
-        tokenizer=Tokenizer(stem=ix.lexical_stem, stop_words=ix.lexical_stop_words),
-    )
 
 
 def _rebuild(args: argparse.Namespace) -> int:
     from catalog import indexes
     from jobs.rebuild_job import rebuild, rebuild_advice, rebuild_on_ray
+    from wiring import rebuild_config
 
     settings = get_settings()
     conn, url = _conn(settings)
@@ -177,16 +191,15 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _capacity(args: argparse.Namespace) -> int:
+    from catalog.maintenance import embedding_stats
     from index.capacity import estimate_capacity, format_report
     from index.faiss_shards import choose_kind
 
     settings = get_settings()
     conn, _ = _conn(settings)
     with conn:
-        row = conn.execute(
-            "SELECT count(*), max(dim) FROM chunk_embeddings WHERE model = %s", (settings.embedding_model,)
-        ).fetchone()
-    n, dim = (int(row[0]), int(row[1] or 384)) if row else (0, 384)
+        stats = embedding_stats(conn, model=settings.embedding_model)
+    n, dim = stats.vectors, stats.dim or 384
     ix = settings.index
     per_shard = max(1, n // ix.shards)
     kind = (
@@ -197,7 +210,10 @@ def _capacity(args: argparse.Namespace) -> int:
     report = estimate_capacity(
         n, dim, kind=kind, hnsw_m=ix.hnsw_m, pq_m=ix.pq_m, pq_nbits=ix.pq_nbits, nlist=ix.ivf_nlist
     )
-    print(format_report(report))
+    if args.json:
+        print_json(asdict(report))
+    else:
+        print(format_report(report))
     return 0
 
 

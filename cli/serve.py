@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run() -> int:
-    from api.demo import run
+    from cli.run import run
 
     return run(get_settings())
 

@@ -50,7 +50,7 @@ def _dev_keys(url: str, settings: Settings) -> dict[str, str]:
 
 
 def _ingest_samples(settings: Settings) -> None:
-    from jobs.commands import ingest_paths
+    from cli.jobs import ingest_paths
 
     acl_map = SAMPLES / "acl.json"
     args = argparse.Namespace(
@@ -75,8 +75,8 @@ def _build_index(url: str, settings: Settings) -> None:
     import psycopg
 
     from catalog import indexes
-    from index.commands import rebuild_config
     from jobs.rebuild_job import rebuild, rebuild_advice
+    from wiring import rebuild_config
 
     with psycopg.connect(url) as conn:
         advice = rebuild_advice(

@@ -33,15 +33,10 @@ def _mined_docs(tenant: str) -> list[tuple[str, str]]:
     import psycopg
 
     from catalog.connect import database_url
+    from catalog.documents import heading_passage_pairs
 
     with psycopg.connect(database_url(get_settings())) as conn:
-        rows = conn.execute(
-            "SELECT coalesce(nullif(array_to_string(c.section_path, ' '), ''), d.title, ''), c.text"
-            " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
-            " AND d.state = 'active' WHERE d.tenant_id = %s AND c.level = 0",
-            (tenant,),
-        ).fetchall()
-    return [(q, t) for q, t in rows if q.strip()]
+        return [(q, t) for q, t in heading_passage_pairs(conn, tenant_id=tenant) if q.strip()]
 
 
 def _train(args: argparse.Namespace) -> int:

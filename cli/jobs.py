@@ -5,23 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from cli.output import add_json_flag, print_json, print_rows
 from core.settings import Settings, get_settings
-
-MIME_BY_SUFFIX = {
-    ".pdf": "application/pdf",
-    ".html": "text/html",
-    ".htm": "text/html",
-    ".md": "text/markdown",
-    ".markdown": "text/markdown",
-    ".txt": "text/plain",
-    ".text": "text/plain",
-    ".rst": "text/plain",
-}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,31 +25,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     ingest.set_defaults(handler=_ingest)
     jobs = sub.add_parser("jobs", help="ingestion jobs")
     jsub = jobs.add_subparsers(dest="jobs_action", required=True)
-    lst = jsub.add_parser("list")
+    lst = jsub.add_parser("list", help="recent jobs, newest first")
     lst.add_argument("--state")
+    lst.add_argument("--tenant")
+    add_json_flag(lst)
     lst.set_defaults(handler=_jobs_list)
-    for name, handler in (("show", _jobs_show), ("resume", _jobs_resume), ("cancel", _jobs_cancel)):
+    show = jsub.add_parser("show", help="one job with its failed items")
+    show.add_argument("job_id", type=uuid.UUID)
+    add_json_flag(show)
+    show.set_defaults(handler=_jobs_show)
+    for name, handler in (("resume", _jobs_resume), ("cancel", _jobs_cancel)):
         p = jsub.add_parser(name)
         p.add_argument("job_id", type=uuid.UUID)
         p.set_defaults(handler=handler)
 
 
-def walk(paths: list[Path]) -> list[tuple[Path, str]]:
-    """Files under ``paths`` with a supported suffix, and the id each gets (its relative path)."""
-    found: list[tuple[Path, str]] = []
-    for root in paths:
-        if root.is_file():
-            found.append((root, root.name))
-            continue
-        for file in sorted(p for p in root.rglob("*") if p.is_file()):
-            if file.suffix.lower() in MIME_BY_SUFFIX:
-                found.append((file, file.relative_to(root).as_posix()))
-    return found
-
-
 def _items(args: argparse.Namespace) -> list[Any]:
     from catalog.jobs import NewItem
     from core.records import Acl
+    from ingest.files import MIME_BY_SUFFIX, walk
 
     meta = dict(kv.split("=", 1) for kv in args.metadata)
     mapping: dict[str, Any] = json.loads(args.acl_map.read_text()) if args.acl_map else {}
@@ -88,61 +71,6 @@ def _items(args: argparse.Namespace) -> list[Any]:
     return items
 
 
-class Progress:
-    """A one-line progress bar on stderr: documents, chunks/s, ETA."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.chunks, self.started = total, 0, 0, time.monotonic()
-
-    def __call__(self, documents: int, chunks: int) -> None:
-        self.done += documents
-        self.chunks += chunks
-        elapsed = max(1e-6, time.monotonic() - self.started)
-        rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        filled = int(30 * self.done / max(1, self.total))
-        sys.stderr.write(
-            f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} docs  "
-            f"{self.chunks / elapsed:7.1f} chunks/s  ETA {eta:5.0f}s "
-        )
-        sys.stderr.flush()
-
-
-def embedding_spec(settings: Settings, *, batch_size: int | None = None) -> Any:
-    """The embedder every process builds from these settings (API, CLI, Ray actors)."""
-    from index.embedder import EmbeddingSpec
-    from index.onnx_export import onnx_cache_dir
-
-    return EmbeddingSpec(
-        model_name=settings.embedding_model,
-        device=settings.embedding_device,
-        backend=settings.embedding_backend,
-        onnx_dir=onnx_cache_dir(settings.data_dir.resolve(), settings.embedding_model),
-        threads=settings.embedding_threads,
-        batch_size=batch_size or settings.ingest.embed_batch_size,
-    )
-
-
-def make_runner(settings: Settings, url: str, *, use_ray: bool = True, embedder: Any = None) -> Any:
-    from ingest.pipeline import ChunkingConfig
-    from jobs.runner import IngestRunner, RunnerConfig
-
-    spec = embedding_spec(settings)
-    config = RunnerConfig(
-        conninfo=url,
-        model_name=settings.embedding_model,
-        chunking=ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap),
-        data_dir=settings.data_dir,
-        inline_max_documents=settings.ingest.inline_max_documents,
-        use_ray=use_ray,
-        ray_address=settings.ray_address,
-        embed_actors=settings.ingest.workers,
-        embed_batch=settings.ingest.embed_batch_size,
-        embedding=spec,
-    )
-    return IngestRunner(config, lambda: embedder or spec.load())
-
-
 def _url(settings: Settings) -> str:
     from catalog.connect import migrated_url
 
@@ -155,6 +83,8 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
 
     from catalog import jobs as jobs_repo
     from catalog import principals as principals_repo
+    from core.progress import Progress
+    from wiring import make_runner
 
     url = _url(settings)
     items = _items(args)
@@ -171,8 +101,11 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
         )
     print(f"job {job_id}: {len(items)} documents", file=sys.stderr)
     runner = make_runner(settings, url, use_ray=not args.no_ray)
-    state = runner.run_job(job_id, on_progress=Progress(len(items)))
-    sys.stderr.write("\n")
+    progress = Progress(len(items))
+    try:
+        state = runner.run_job(job_id, on_progress=progress)
+    finally:
+        progress.close()
     return str(job_id), state
 
 
@@ -188,11 +121,34 @@ def _jobs_list(args: argparse.Namespace) -> int:
     from catalog import jobs as jobs_repo
 
     with psycopg.connect(_url(get_settings())) as conn:
-        for j in jobs_repo.list_jobs(conn, tenant_id=None, state=args.state):
-            print(
-                f"{j.job_id}\t{j.tenant_id}\t{j.state}\t"
-                f"{j.documents_done}/{j.documents_total}\t{j.chunks} chunks"
-            )
+        jobs = jobs_repo.list_jobs(conn, tenant_id=args.tenant, state=args.state)
+    rows = [
+        {
+            "job_id": str(j.job_id),
+            "tenant_id": j.tenant_id,
+            "kind": j.kind,
+            "state": j.state,
+            "documents": f"{j.documents_done}/{j.documents_total}",
+            "documents_total": j.documents_total,
+            "documents_done": j.documents_done,
+            "documents_failed": j.documents_failed,
+            "chunks": j.chunks,
+            "created_at": j.created_at,
+            "finished_at": j.finished_at,
+        }
+        for j in jobs
+    ]
+    columns = (
+        "job_id",
+        "tenant_id",
+        "kind",
+        "state",
+        "documents",
+        "documents_failed",
+        "chunks",
+        "created_at",
+    )
+    print_rows(rows, columns, as_json=args.json, title="jobs")
     return 0
 
 
@@ -205,20 +161,36 @@ def _jobs_show(args: argparse.Namespace) -> int:
     with psycopg.connect(_url(get_settings())) as conn:
         job = jobs_repo.get_job(conn, job_id=args.job_id)
         if job is None:
-            print("no such job")
+            print(f"ragline: no job {args.job_id}", file=sys.stderr)
             return 1
-        print(
-            job_out(job, jobs_repo.items(conn, job_id=args.job_id, state="failed")).model_dump_json(indent=2)
-        )
+        out = job_out(job, jobs_repo.items(conn, job_id=args.job_id, state="failed"))
+    body = out.model_dump(mode="json")
+    if args.json:
+        print_json(body)
+        return 0
+    print(f"job {body['job_id']}  {body['kind']}  {body['state']}")
+    print("  documents: " + "  ".join(f"{k} {v}" for k, v in body["documents"].items()))
+    print(f"  pages {body['pages']}  chunks {body['chunks']}  bytes {body['bytes']}")
+    print("  throughput: " + "  ".join(f"{k} {v:.1f}" for k, v in body["throughput"].items()))
+    print(f"  created {body['created_at']}  started {body['started_at']}  finished {body['finished_at']}")
+    print_rows(
+        body["errors"], ("item_no", "external_id", "code", "message"), as_json=False, title="failed items"
+    )
     return 0
 
 
 def _jobs_resume(args: argparse.Namespace) -> int:
     """Finish a job whose process died: only items still pending are redone."""
+    from core.progress import Progress
+    from wiring import make_runner
+
     settings = get_settings()
     runner = make_runner(settings, _url(settings))
-    state = runner.run_job(args.job_id, on_progress=Progress(0), force=True)
-    sys.stderr.write("\n")
+    progress = Progress(0)
+    try:
+        state = runner.run_job(args.job_id, on_progress=progress, force=True)
+    finally:
+        progress.close()
     print(state or "not resumable (finished, or held by a live worker)")
     return 0 if state else 1
 
@@ -226,7 +198,12 @@ def _jobs_resume(args: argparse.Namespace) -> int:
 def _jobs_cancel(args: argparse.Namespace) -> int:
     import psycopg
 
+    from catalog import jobs as jobs_repo
+
     with psycopg.connect(_url(get_settings())) as conn:
-        conn.execute("UPDATE jobs SET cancel_requested = true WHERE job_id = %s", (args.job_id,))
-    print("cancel requested")
+        job = jobs_repo.request_cancel(conn, job_id=args.job_id, tenant_id=None)
+    if job is None:
+        print(f"ragline: no job {args.job_id}", file=sys.stderr)
+        return 1
+    print(f"cancel requested: job {job.job_id} is {job.state}")
     return 0

@@ -1,0 +1,56 @@
+"""Progress of a long job on stderr: a tqdm bar on a terminal, plain lines in pipes and logs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from tqdm import tqdm
+
+
+class Progress:
+    """Counts documents and chunks; call it as ``progress(documents, chunks)``.
+
+    On a terminal it draws a tqdm bar (documents, chunks/s, ETA). Anywhere else it writes one
+    plain line at most every ``line_seconds`` and one at the end, never a carriage return.
+    """
+
+    def __init__(self, total: int, *, stream: TextIO | None = None, line_seconds: float = 5.0) -> None:
+        self.total, self.done, self.chunks = total, 0, 0
+        self.stream = stream or sys.stderr
+        self.started = self._last_line = time.monotonic()
+        self.line_seconds = line_seconds
+        self._bar: tqdm | None = None
+        if self.stream.isatty():
+            self._bar = tqdm(
+                total=total or None, unit="doc", file=self.stream, dynamic_ncols=True, leave=True
+            )
+
+    def __call__(self, documents: int, chunks: int) -> None:
+        self.done += documents
+        self.chunks += chunks
+        if self._bar is not None:
+            self._bar.update(documents)
+            self._bar.set_postfix_str(f"{self.rate:.1f} chunks/s", refresh=False)
+            return
+        now = time.monotonic()
+        if now - self._last_line >= self.line_seconds or (self.total and self.done >= self.total):
+            self._last_line = now
+            print(self.line(), file=self.stream, flush=True)
+
+    @property
+    def rate(self) -> float:
+        return self.chunks / max(1e-6, time.monotonic() - self.started)
+
+    def line(self) -> str:
+        """``12/30 docs  40 chunks  3.1 chunks/s  ETA 20s`` (no ETA before the first document)."""
+        elapsed = max(1e-6, time.monotonic() - self.started)
+        text = f"{self.done}/{self.total} docs  {self.chunks} chunks  {self.rate:.1f} chunks/s"
+        if 0 < self.done < self.total:
+            text += f"  ETA {(self.total - self.done) * elapsed / self.done:.0f}s"
+        return text
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,0 +1,20 @@
+"""The composition root: the one place where ``Settings`` become typed configs and objects.
+
+``api/`` and ``cli/`` (and the benchmarks) call these factories; nothing below this package
+reads ``Settings`` to build a collaborator, and library constructors take explicit typed
+parameters.
+"""
+
+from wiring.embedding import embedding_spec
+from wiring.index import maintenance_scheduler, rebuild_config
+from wiring.ingest import make_runner
+from wiring.search import build_reranker, build_search_service
+
+__all__ = [
+    "build_reranker",
+    "build_search_service",
+    "embedding_spec",
+    "maintenance_scheduler",
+    "make_runner",
+    "rebuild_config",
+]

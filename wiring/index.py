@@ -1,0 +1,62 @@
+"""Index builds and scheduled maintenance from the settings."""
+
+from __future__ import annotations
+
+from core.settings import Settings
+from index.faiss_shards import DenseParams
+from index.tokenize import Tokenizer
+from jobs.rebuild_job import RebuildConfig
+from jobs.scheduler import MaintenancePolicy, MaintenanceScheduler
+
+
+def lexical_tokenizer(settings: Settings) -> Tokenizer:
+    """The BM25 tokenizer; builds and queries must use the same one."""
+    return Tokenizer(stem=settings.index.lexical_stem, stop_words=settings.index.lexical_stop_words)
+
+
+def dense_params(settings: Settings) -> DenseParams:
+    """Build and default search parameters of a dense shard (its kind is chosen per shard)."""
+    ix = settings.index
+    return DenseParams(
+        kind="hnsw",
+        hnsw_m=ix.hnsw_m,
+        ef_construction=ix.hnsw_ef_construction,
+        ef_search=ix.hnsw_ef_search,
+        nlist=ix.ivf_nlist,
+        nprobe=ix.ivf_nprobe,
+        pq_m=ix.pq_m,
+        pq_nbits=ix.pq_nbits,
+    )
+
+
+def rebuild_config(settings: Settings, shards: int | None = None) -> RebuildConfig:
+    """How ``ragline index rebuild`` and the maintenance scheduler build a version."""
+    ix = settings.index
+    return RebuildConfig(
+        index_root=settings.index_dir,
+        model_name=settings.embedding_model,
+        n_shards=shards or ix.shards,
+        shard_by=ix.shard_by,
+        dense=dense_params(settings),
+        flat_max_vectors=ix.flat_max_vectors,
+        ivfpq_min_vectors=ix.ivfpq_min_vectors,
+        force_kind=None if ix.kind == "auto" else ix.kind,
+        tokenizer=lexical_tokenizer(settings),
+    )
+
+
+def maintenance_policy(settings: Settings) -> MaintenancePolicy:
+    ix = settings.index
+    return MaintenancePolicy(
+        interval_seconds=ix.maintenance_seconds,
+        tombstone_ratio=ix.rebuild_tombstone_ratio,
+        delta_chunks=ix.rebuild_delta_chunks,
+        gc_grace_seconds=ix.gc_grace_seconds,
+    )
+
+
+def maintenance_scheduler(settings: Settings, url: str) -> MaintenanceScheduler | None:
+    """The rebuild/swap/GC loop every server runs; None when ``index.maintenance_seconds`` is 0."""
+    if settings.index.maintenance_seconds <= 0:
+        return None
+    return MaintenanceScheduler(url, rebuild_config(settings), maintenance_policy(settings))

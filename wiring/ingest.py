@@ -1,0 +1,29 @@
+"""The ingestion runner (API servers and ``ragline ingest`` share it)."""
+
+from __future__ import annotations
+
+from core.settings import Settings
+from index.embedder import Embedder
+from ingest.pipeline import ChunkingConfig
+from jobs.runner import IngestRunner, RunnerConfig
+from wiring.embedding import embedding_spec
+
+
+def make_runner(
+    settings: Settings, url: str, *, use_ray: bool = True, embedder: Embedder | None = None
+) -> IngestRunner:
+    """A runner for jobs in the catalog at ``url``; ``embedder`` reuses a loaded model."""
+    spec = embedding_spec(settings)
+    config = RunnerConfig(
+        conninfo=url,
+        model_name=settings.embedding_model,
+        chunking=ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap),
+        data_dir=settings.data_dir,
+        inline_max_documents=settings.ingest.inline_max_documents,
+        use_ray=use_ray,
+        ray_address=settings.ray_address,
+        embed_actors=settings.ingest.workers,
+        embed_batch=settings.ingest.embed_batch_size,
+        embedding=spec,
+    )
+    return IngestRunner(config, lambda: embedder or spec.load())
