@@ -46,7 +46,8 @@ class Progress:
     def line(self) -> str:
         """``12/30 docs  40 chunks  3.1 chunks/s  ETA 20s`` (no ETA before the first document)."""
         elapsed = max(1e-6, time.monotonic() - self.started)
-        text = f"{self.done}/{self.total} docs  {self.chunks} chunks  {self.rate:.1f} chunks/s"
+        done = f"{self.done}/{self.total}" if self.total else str(self.done)
+        text = f"{done} docs  {self.chunks} chunks  {self.rate:.1f} chunks/s"
         if 0 < self.done < self.total:
             text += f"  ETA {(self.total - self.done) * elapsed / self.done:.0f}s"
         return text

@@ -1,0 +1,88 @@
+"""Read commands print a table for people and ``--json`` for scripts; unknown ids exit non-zero."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from authz.api_keys import create_key
+from catalog import jobs as jobs_repo
+from catalog.jobs import NewItem
+from catalog.principals import ensure_tenant
+from cli.main import main
+from core.settings import get_settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cli_env(db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
+    monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    yield db_url
+    get_settings.cache_clear()
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_keys_list_table_and_json_never_show_a_secret(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(cli_env) as conn:
+        key = create_key(conn, tenant_id="acme", roles=["query"], principal_id="user:ann", name="ann's key")
+    code, table, _ = _run(capsys, "keys", "list")
+    assert code == 0
+    assert key.key_id in table and "user:ann" in table and "active" in table
+    code, out, _ = _run(capsys, "keys", "list", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["key_id"] for r in rows] == [key.key_id]
+    assert rows[0]["roles"] == ["query"] and rows[0]["state"] == "active"
+    secret = key.token.rsplit("_", 1)[-1]
+    assert secret not in out and secret not in table
+    assert "key_hash" not in rows[0]
+
+
+def test_jobs_list_show_and_cancel(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with psycopg.connect(cli_env) as conn:
+        ensure_tenant(conn, tenant_id="acme")
+        job_id = jobs_repo.create_job(
+            conn, tenant_id="acme", kind="ingest", items=[NewItem("a.txt", "text/plain", payload=b"hello")]
+        )
+    code, out, _ = _run(capsys, "jobs", "list", "--json")
+    listed = json.loads(out)
+    assert code == 0 and [j["job_id"] for j in listed] == [str(job_id)]
+    assert listed[0]["state"] == "queued" and listed[0]["documents_total"] == 1
+    code, table, _ = _run(capsys, "jobs", "list")
+    assert code == 0 and str(job_id) in table and "queued" in table
+    code, out, _ = _run(capsys, "jobs", "show", str(job_id), "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["job_id"] == str(job_id) and shown["state"] == "queued"
+    code, text, _ = _run(capsys, "jobs", "show", str(job_id))
+    assert code == 0 and f"job {job_id}" in text
+    code, out, _ = _run(capsys, "jobs", "cancel", str(job_id))
+    assert code == 0 and "cancelled" in out  # a queued job is cancelled at once
+    unknown = uuid.uuid4()
+    code, out, err = _run(capsys, "jobs", "cancel", str(unknown))
+    assert code == 1 and f"no job {unknown}" in err and "cancel requested" not in out
+    code, _, err = _run(capsys, "jobs", "show", str(unknown))
+    assert code == 1 and f"no job {unknown}" in err
+
+
+def test_index_list_and_show(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "index", "list", "--json")
+    assert code == 0 and json.loads(out) == []
+    code, out, _ = _run(capsys, "index", "list")
+    assert code == 0 and "no index versions" in out
+    code, _, err = _run(capsys, "index", "show", "v-missing")
+    assert code == 1 and "no index version v-missing" in err
+    code, out, _ = _run(capsys, "index", "capacity", "--json")
+    assert code == 0 and json.loads(out)["n_vectors"] == 0
