@@ -23,6 +23,7 @@ from authz.acl import AclFilter
 from bench.metrics import BeirCollection, doc_scores_from_chunks, evaluate_run, load_beir
 from catalog import jobs as jobs_repo
 from catalog.jobs import NewItem
+from catalog.maintenance import live_leaf_count
 from catalog.principals import ensure_tenant
 from core.records import Acl
 from core.settings import Settings
@@ -175,12 +176,7 @@ def evaluate(
             version = rebuild(url, rebuild_config(settings))
             with conn.transaction():
                 indexes.swap_alias(conn, alias=alias, version_id=version)
-        chunks_row = conn.execute(
-            "SELECT count(*) FROM chunks c JOIN documents d USING (doc_id)"
-            " WHERE d.tenant_id = %s AND c.level = 0 AND c.version = d.current_version"
-            " AND d.state = 'active'",
-            (tenant,),
-        ).fetchone()
+        n_chunks = live_leaf_count(conn, tenant_id=tenant)
     index_s = time.monotonic() - t
     report = EvalReport(
         str(dataset),
@@ -188,7 +184,7 @@ def evaluate(
         round(ingest_s, 1),
         state,
         n_docs,
-        int(chunks_row[0] if chunks_row else 0),
+        n_chunks,
         round(index_s, 1),
     )
     pool = ConnectionPool(url, min_size=1, max_size=4, open=True)

@@ -44,8 +44,9 @@ import psycopg
 from bench.common import print_table
 from catalog import embedded
 from catalog import jobs as jobs_repo
-from catalog.db import apply_migrations
+from catalog.db import apply_migrations, create_database
 from catalog.jobs import NewItem
+from catalog.principals import ensure_tenant
 from core.progress import Progress
 from core.records import Acl, SourceDocument
 from core.settings import Settings
@@ -151,8 +152,7 @@ def _free_port() -> int:
 
 def fresh_database(cluster: embedded.LocalCluster, name: str) -> str:
     """A new, migrated database in the cluster, so no run sees another's documents."""
-    with psycopg.connect(cluster.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
+    create_database(cluster.url, name)
     url = f"postgresql://{embedded.DB_USER}@/{name}?host={cluster.socket_dir}&port={cluster.port}"
     apply_migrations(url)
     return url
@@ -163,7 +163,7 @@ def run_pipeline(
 ) -> Timed:
     """Create one job over ``items`` and time ``run_job`` from its start to its end."""
     with psycopg.connect(url) as conn:
-        conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (TENANT,))
+        ensure_tenant(conn, tenant_id=TENANT)
         job_id = jobs_repo.create_job(conn, tenant_id=TENANT, kind="ingest", items=items)
     runner = make_runner(settings, url, use_ray=use_ray, embedder=embedder)
     started = time.perf_counter()

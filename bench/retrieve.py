@@ -42,13 +42,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 import psycopg
-from psycopg.types.json import Jsonb
 
 from bench.http import Reply
 from bench.load import LoadConfig, RequestSpec, print_results, run_rates
 from catalog import indexes as indexes_repo
+from catalog.bulk import BulkChunk, BulkDocument, bulk_load
 from catalog.changes import current_position
 from catalog.db import apply_migrations
+from core.errors import ConflictError
 from core.settings import DEFAULT_EMBEDDING_MODEL, Settings
 from index.builder import auto_params, build_version
 from index.faiss_shards import DenseParams
@@ -116,56 +117,53 @@ def load_catalog(
     doc_ids = np.arange(1, n_docs + 1, dtype=np.int64).repeat(chunks_per_doc)[:n]
     row_ids = np.arange(1, n + 1, dtype=np.int64)
     rng = np.random.default_rng(seed + 7)
-    with psycopg.connect(url) as conn, conn.cursor() as cur:
-        if conn.execute("SELECT count(*) FROM documents").fetchone() != (0,):
-            raise SystemExit("the database already holds documents: give bench.retrieve an empty one")
-        cur.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (TENANT,))
-        with cur.copy(
-            "COPY documents (doc_id, tenant_id, external_id, source, title, mime_type, content_hash,"
-            " current_version, metadata, acl_principals, acl_public) FROM STDIN"
-        ) as copy:
-            for d in range(1, n_docs + 1):
-                principals, public = _doc_acl(d, rng)
-                source = ("wiki", "drive", "tickets")[d % 3]
-                meta = Jsonb({"source": source, "team": f"team-{d % 12}"})
-                h = hashlib.sha256(f"doc-{d}".encode()).hexdigest()
-                copy.write_row(
-                    (d, TENANT, f"doc-{d:07d}", source, f"Document {d}", "text/plain", h, 1, meta,
-                     principals, public)
-                )  # fmt: skip
-        with cur.copy(
-            "COPY document_versions (doc_id, version, content_hash, chunk_count) FROM STDIN"
-        ) as copy:
-            counts = np.bincount(doc_ids)
-            for d in range(1, n_docs + 1):
-                copy.write_row((d, 1, hashlib.sha256(f"doc-{d}".encode()).hexdigest(), int(counts[d])))
-        _copy_chunks(cur, corpus, row_ids, doc_ids, chunks_per_doc)
-        cur.execute("SELECT setval(pg_get_serial_sequence('documents', 'doc_id'), %s)", (n_docs,))
-        cur.execute("SELECT setval(pg_get_serial_sequence('chunks', 'chunk_row'), %s)", (n,))
-    return row_ids, doc_ids
+    counts = np.bincount(doc_ids)
 
+    def documents() -> Iterator[BulkDocument]:
+        for d in range(1, n_docs + 1):
+            principals, public = _doc_acl(d, rng)
+            source = ("wiki", "drive", "tickets")[d % 3]
+            yield BulkDocument(
+                doc_id=d,
+                external_id=f"doc-{d:07d}",
+                title=f"Document {d}",
+                content_hash=hashlib.sha256(f"doc-{d}".encode()).hexdigest(),
+                chunk_count=int(counts[d]),
+                source=source,
+                metadata={"source": source, "team": f"team-{d % 12}"},
+                principals=principals,
+                public=public,
+            )
 
-def _copy_chunks(
-    cur: psycopg.Cursor, corpus: Corpus, row_ids: np.ndarray, doc_ids: np.ndarray, chunks_per_doc: int
-) -> None:
-    with cur.copy(
-        "COPY chunks (chunk_row, chunk_id, doc_id, version, ordinal, text, char_start, char_end,"
-        " section_path, kind, token_count) FROM STDIN"
-    ) as copy:
+    vecs = np.ascontiguousarray(corpus.vectors, dtype="<f4")
+
+    def chunks() -> Iterator[BulkChunk]:
         for i, text in enumerate(corpus.texts):
             ordinal = i % chunks_per_doc
-            start = ordinal * (len(text) + 1)
-            cid = hashlib.sha256(f"{TENANT}/{doc_ids[i]}/1/{ordinal}".encode()).hexdigest()
-            copy.write_row(
-                (int(row_ids[i]), cid, int(doc_ids[i]), 1, ordinal, text, start, start + len(text), [],
-                 "paragraph", len(text.split()) * 4 // 3)
-            )  # fmt: skip
-    vecs = np.ascontiguousarray(corpus.vectors, dtype="<f4")
-    # Binary COPY: 100k x 1.5 KB of bytea would double in size as text-format hex.
-    with cur.copy("COPY chunk_embeddings (chunk_row, model, dim, vector) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.set_types(["int8", "text", "int4", "bytea"])
-        for row, vec in zip(row_ids, vecs, strict=True):
-            copy.write_row((int(row), DEFAULT_EMBEDDING_MODEL, DIM, vec.tobytes()))
+            yield BulkChunk(
+                row=int(row_ids[i]),
+                chunk_id=hashlib.sha256(f"{TENANT}/{doc_ids[i]}/1/{ordinal}".encode()).hexdigest(),
+                doc_id=int(doc_ids[i]),
+                ordinal=ordinal,
+                text=text,
+                char_start=ordinal * (len(text) + 1),
+                token_count=len(text.split()) * 4 // 3,
+                vector=vecs[i].tobytes(),
+            )
+
+    with psycopg.connect(url) as conn:
+        try:
+            bulk_load(
+                conn,
+                tenant_id=TENANT,
+                documents=documents(),
+                chunks=chunks(),
+                model=DEFAULT_EMBEDDING_MODEL,
+                dim=DIM,
+            )
+        except ConflictError as exc:
+            raise SystemExit(f"bench.retrieve needs an empty database: {exc.message}") from exc
+    return row_ids, doc_ids
 
 
 def build_live_index(

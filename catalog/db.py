@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from core.errors import ConfigError
@@ -116,3 +117,11 @@ def open_pool(
 def redact(conninfo: str) -> str:
     """The connection string without its password, for messages and logs."""
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", re.sub(r"password=\S+", "password=***", conninfo))
+
+
+def create_database(url: str, name: str) -> None:
+    """``CREATE DATABASE name`` on the server at ``url`` (``name`` must be a plain identifier)."""
+    if not name.isidentifier():
+        raise ValueError(f"not a plain database name: {name!r}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -96,6 +96,16 @@ def hidden_count(conn: psycopg.Connection, *, rows: list[int]) -> int:
     return int(row[0]) if row else 0
 
 
+def live_leaf_count(conn: psycopg.Connection, *, tenant_id: str) -> int:
+    """A tenant's visible leaf chunks (what a full index of it holds)."""
+    row = conn.execute(
+        "SELECT count(*) FROM chunks c JOIN documents d USING (doc_id)"
+        " WHERE d.tenant_id = %s AND c.level = 0 AND c.version = d.current_version AND d.state = 'active'",
+        (tenant_id,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def fresh_leaf_count(conn: psycopg.Connection, *, after_position: int) -> int:
     """Visible leaf chunks of documents versioned after ``after_position`` (a version's delta)."""
     row = conn.execute(
