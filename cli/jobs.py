@@ -14,7 +14,12 @@ from core.settings import Settings, get_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    ingest = sub.add_parser("ingest", help="ingest files and folders as one job, with a progress bar")
+    ingest = sub.add_parser(
+        "ingest",
+        help="ingest files and folders as one job, with a progress bar",
+        description="Ingest files and folders as one job. Exit codes: 0 succeeded, 3 partially_failed"
+        " (some documents failed: see `ragline jobs show`), 1 failed or cancelled, 2 invalid arguments.",
+    )
     ingest.add_argument("paths", nargs="+", type=Path)
     ingest.add_argument("--tenant", required=True)
     ingest.add_argument("--acl", default="", help="comma-separated readers, e.g. user:alice,group:eng")
@@ -40,20 +45,38 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=handler)
 
 
+EXIT_PARTIALLY_FAILED = 3
+
+
+def _acl(principals: list[str], public: bool) -> Any:
+    from core.records import Acl
+    from core.validation import acl_principal
+
+    return Acl(tuple(sorted({acl_principal(p) for p in principals})), public)
+
+
 def _items(args: argparse.Namespace) -> list[Any]:
     from catalog.jobs import NewItem
-    from core.records import Acl
+    from core.validation import metadata_pair
     from ingest.files import MIME_BY_SUFFIX, walk
 
-    meta = dict(kv.split("=", 1) for kv in args.metadata)
+    meta = dict(metadata_pair(kv) for kv in args.metadata)
     mapping: dict[str, Any] = json.loads(args.acl_map.read_text()) if args.acl_map else {}
-    default_acl = Acl(tuple(sorted(p for p in args.acl.split(",") if p)), args.public)
+    default_acl = _acl([p.strip() for p in args.acl.split(",") if p.strip()], args.public)
     items = []
-    for file, ext_id in walk(args.paths):
+    files, skipped = walk(args.paths)
+    if skipped:
+        shown = ", ".join(str(p) for p in skipped[:10]) + (" ..." if len(skipped) > 10 else "")
+        print(
+            f"skipped {len(skipped)} files with an unsupported type"
+            f" (supported: {' '.join(sorted(MIME_BY_SUFFIX))}): {shown}",
+            file=sys.stderr,
+        )
+    for file, ext_id in files:
         entry = mapping.get(file.name) or mapping.get(ext_id) or {}
         acl_entry = entry.get("acl", entry)
         acl = (
-            Acl(tuple(sorted(acl_entry.get("principals", []))), bool(acl_entry.get("public", False)))
+            _acl(list(acl_entry.get("principals", [])), acl_entry.get("public", False) is True)
             if entry
             else default_acl
         )
@@ -112,7 +135,10 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
 def _ingest(args: argparse.Namespace) -> int:
     job_id, state = ingest_paths(args, get_settings())
     print(f"{job_id}\t{state}")
-    return 0 if state in ("succeeded", "partially_failed") else 1
+    if state == "partially_failed":
+        print(f"some documents failed: ragline jobs show {job_id}", file=sys.stderr)
+        return EXIT_PARTIALLY_FAILED
+    return 0 if state == "succeeded" else 1
 
 
 def _jobs_list(args: argparse.Namespace) -> int:

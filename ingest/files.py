@@ -16,9 +16,11 @@ MIME_BY_SUFFIX = {
 }
 
 
-def walk(paths: list[Path]) -> list[tuple[Path, str]]:
-    """Files under ``paths`` with a supported suffix, and the id each gets (its relative path)."""
+def walk(paths: list[Path]) -> tuple[list[tuple[Path, str]], list[Path]]:
+    """Files under ``paths`` with a supported suffix and the id each gets (its relative path),
+    and the files passed over for their type. A file named directly is always taken."""
     found: list[tuple[Path, str]] = []
+    skipped: list[Path] = []
     for root in paths:
         if root.is_file():
             found.append((root, root.name))
@@ -26,4 +28,6 @@ def walk(paths: list[Path]) -> list[tuple[Path, str]]:
         for file in sorted(p for p in root.rglob("*") if p.is_file()):
             if file.suffix.lower() in MIME_BY_SUFFIX:
                 found.append((file, file.relative_to(root).as_posix()))
-    return found
+            else:
+                skipped.append(file)
+    return found, skipped
