@@ -40,17 +40,21 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FusionConfig:
-    rrf_k: int = 60
-    dense_weight: float = 1.0
-    lexical_weight: float = 1.0
-    candidates: int = 100
+    """How candidate lists are fused; the defaults live in ``RetrieveSettings``."""
+
+    rrf_k: int
+    dense_weight: float
+    lexical_weight: float
+    candidates: int
 
 
 @dataclass(frozen=True, slots=True)
 class RerankConfig:
-    candidates: int = 50
-    budget_ms: int = 1500
-    blend: Literal["rrf", "replace"] = "rrf"
+    """How the optional reranker is used; the defaults live in ``RerankSettings``."""
+
+    candidates: int
+    budget_ms: int
+    blend: Literal["rrf", "replace"]
 
 
 @dataclass(frozen=True, slots=True)
