@@ -64,8 +64,9 @@ def build_search_service(
     from jobs.commands import embedding_spec
     from retrieve.hybrid import HybridSearcher, PlannerConfig
     from retrieve.query_embedding import QueryEmbedder
-    from retrieve.service import FusionConfig, RerankConfig
+    from retrieve.service import FusionConfig, RerankConfig, SearchConfig
     from retrieve.serving import ServingState
+    from retrieve.watcher import IndexWatcher
 
     embedder = embedder or embedding_spec(settings, batch_size=32).load()
     r, ix = settings.retrieve, settings.index
@@ -80,23 +81,23 @@ def build_search_service(
     )
     reranker, closers = _reranker(settings)
     query_embedder = QueryEmbedder(embedder)
+    watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
     service = SearchService(
-        pool=pool,
-        state=state,
+        watcher=watcher,
+        read_pool=read_pool or pool,
         searcher=searcher,
         embedder=query_embedder,
         counter=embedder.token_counter,
-        fusion=FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
-        rerank=RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
+        config=SearchConfig(
+            FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
+            RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
+        ),
         reranker=reranker,
-        alias=alias,
-        poll_seconds=ix.poll_seconds,
-        read_pool=read_pool,
     )
-    service.start(watch=watch)
+    watcher.start(watch=watch)
 
     def close() -> None:
-        service.close()
+        watcher.close()
         query_embedder.close()
         for c in closers:
             c()
