@@ -21,7 +21,7 @@ from catalog.serving import ChunkDetail, chunk_details
 from core.errors import UnavailableError
 from core.records import Hit
 from index.tokens import TokenCounter
-from retrieve.fusion import FusedHit, rrf, single_list
+from retrieve.fusion import FusedHit, rerank_fusion, rrf, single_list
 from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
 from retrieve.query_embedding import QueryEmbedder
@@ -240,15 +240,13 @@ class SearchService:
             slog.degrade("rerank", f"{type(exc).__name__}: kept the fused order")
             slog.time("rerank", t)
             return ranked
-        order = sorted(range(len(ranked)), key=lambda i: -scores[i])
-        rerank_rank = {i: r for r, i in enumerate(order, start=1)}
-        out = []
-        for i, (f, d) in enumerate(ranked):
-            stage = {**f.stage_scores, "rerank": float(scores[i])}
-            blended = 1.0 / (60 + i + 1) + 1.0 / (60 + rerank_rank[i])
-            score = blended if self.rerank_config.blend == "rrf" else float(scores[i])
-            out.append((FusedHit(f.chunk_id, score, stage, f.stage_ranks), d))
-        out.sort(key=lambda pair: -pair[0].score)
+        hits = [f for f, _ in ranked]
+        if self.rerank_config.blend == "rrf":
+            order = rerank_fusion(hits, scores, k=self.fusion.rrf_k)
+        else:
+            order = _by_rerank_score(hits, scores)
+        details = {f.chunk_id: d for f, d in ranked}
+        out = [(hit, details[hit.chunk_id]) for hit in order]
         slog.time("rerank", t)
         return out
 
@@ -281,6 +279,16 @@ class SearchService:
             additive=self.counter.additive,
             count_many=self.counter.count_many,
         )
+
+
+def _by_rerank_score(hits: list[FusedHit], scores: Sequence[float]) -> list[FusedHit]:
+    """``blend="replace"``: the reranker's score is the score; ties keep the fused order."""
+    out = [
+        FusedHit(h.chunk_id, float(s), {**h.stage_scores, "rerank": float(s)}, h.stage_ranks)
+        for h, s in zip(hits, scores, strict=True)
+    ]
+    out.sort(key=lambda h: -h.score)
+    return out
 
 
 def _parent_ok(d: ChunkDetail) -> bool:
