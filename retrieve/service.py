@@ -62,13 +62,16 @@ class SearchConfig:
     rerank: RerankConfig
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetrieveRequest:
+    """One search; ``top_k`` and ``max_context_tokens`` come from the caller (the route's
+    defaults and limits come from settings)."""
+
     query: str
-    top_k: int = 8
+    top_k: int
+    max_context_tokens: int
     mode: Mode = "hybrid"
     rerank: bool | None = None
-    max_context_tokens: int = 1500
     expand_parent: bool = False
 
 
