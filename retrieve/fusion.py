@@ -180,3 +180,39 @@ def single_list(hits: Sequence[Hit], *, limit: int | None = None) -> list[FusedH
         )
         for rank, hit in enumerate(unique, start=1)
     ]
+
+
+def rerank_fusion(fused: Sequence[FusedHit], rerank_scores: Sequence[float], *, k: int) -> list[FusedHit]:
+    """Blend a reranker's scores into a fused ranking by RRF over the two orders.
+
+    The fused order and the order by ``rerank_scores`` (stable: equal scores keep the fused
+    order) are fused with :func:`rrf` (Cormack et al. 2009), so the blended score is
+    ``1 / (k + fused_rank) + 1 / (k + rerank_rank)``; a small ``k`` lets the top of either
+    order dominate, a large one rewards agreement between them. Each hit keeps its
+    ``stage_ranks`` and gains the reranker's score as ``stage_scores["rerank"]``.
+
+    Args:
+        fused: The first-stage ranking, best first, one hit per chunk.
+        rerank_scores: The reranker's score of each hit of ``fused``, in the same order.
+        k: The RRF smoothing constant.
+
+    Returns:
+        The hits of ``fused``, best first by the blended score.
+
+    Raises:
+        ValueError: If the lengths differ, ``fused`` repeats a chunk or ``k`` is negative.
+    """
+    if len(rerank_scores) != len(fused):
+        raise ValueError(f"got {len(rerank_scores)} rerank scores for {len(fused)} hits")
+    by_id = {hit.chunk_id: (hit, float(score)) for hit, score in zip(fused, rerank_scores, strict=True)}
+    if len(by_id) != len(fused):
+        raise ValueError("fused hits repeat a chunk")
+    first = [Hit(hit.chunk_id, hit.score, "fused") for hit in fused]
+    order = sorted(range(len(fused)), key=lambda i: -rerank_scores[i])
+    second = [Hit(fused[i].chunk_id, float(rerank_scores[i]), "rerank") for i in order]
+    blended = []
+    for hit in rrf([first, second], k=k):
+        original, score = by_id[hit.chunk_id]
+        stage_scores = MappingProxyType({**original.stage_scores, "rerank": score})
+        blended.append(FusedHit(hit.chunk_id, hit.score, stage_scores, original.stage_ranks))
+    return blended

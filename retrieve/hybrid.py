@@ -26,11 +26,14 @@ from retrieve.serving import ServingIndex, ServingState
 
 @dataclass(frozen=True, slots=True)
 class PlannerConfig:
-    exact_max_allowed: int = 20_000
-    exact_max_fraction: float = 0.02
-    overfetch_min_fraction: float = 0.9
-    ef_search: int = 128
-    nprobe: int = 16
+    """The filtered-search strategy's thresholds; the defaults live in ``RetrieveSettings``
+    and ``IndexSettings`` (``hnsw_ef_search``, ``ivf_nprobe``)."""
+
+    exact_max_allowed: int
+    exact_max_fraction: float
+    overfetch_min_fraction: float
+    ef_search: int
+    nprobe: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,11 @@
-"""The retrieval service behind ``/v1/retrieve``: freshness check, masks, candidates,
-fusion, optional rerank, details (with a second ACL guard in SQL) and context packing."""
+"""The request path behind ``/v1/retrieve``: freshness check, masks, candidates, fusion,
+details (with a second ACL guard in SQL), optional rerank and context packing.
+
+Loading and following index versions is the ``IndexWatcher``'s job (``retrieve/watcher.py``).
+"""
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -12,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import numpy as np
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from authz.acl import AclFilter
@@ -21,13 +21,12 @@ from catalog.serving import ChunkDetail, chunk_details
 from core.errors import UnavailableError
 from core.records import Hit
 from index.tokens import TokenCounter
-from retrieve.fusion import FusedHit, rrf, single_list
-from retrieve.hybrid import HybridSearcher, StageLog, build_masks
+from retrieve.fusion import FusedHit, rerank_fusion, rrf, single_list
+from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
 from retrieve.query_embedding import QueryEmbedder
-from retrieve.serving import ServingState, alias_target
-
-log = logging.getLogger(__name__)
+from retrieve.serving import ServingIndex
+from retrieve.watcher import IndexWatcher
 
 Mode = Literal["hybrid", "dense", "lexical"]
 
@@ -40,26 +39,39 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FusionConfig:
-    rrf_k: int = 60
-    dense_weight: float = 1.0
-    lexical_weight: float = 1.0
-    candidates: int = 100
+    """How candidate lists are fused; the defaults live in ``RetrieveSettings``."""
+
+    rrf_k: int
+    dense_weight: float
+    lexical_weight: float
+    candidates: int
 
 
 @dataclass(frozen=True, slots=True)
 class RerankConfig:
-    candidates: int = 50
-    budget_ms: int = 1500
-    blend: Literal["rrf", "replace"] = "rrf"
+    """How the optional reranker is used; the defaults live in ``RerankSettings``."""
+
+    candidates: int
+    budget_ms: int
+    blend: Literal["rrf", "replace"]
 
 
 @dataclass(frozen=True, slots=True)
+class SearchConfig:
+    fusion: FusionConfig
+    rerank: RerankConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetrieveRequest:
+    """One search; ``top_k`` and ``max_context_tokens`` come from the caller (the route's
+    defaults and limits come from settings)."""
+
     query: str
-    top_k: int = 8
+    top_k: int
+    max_context_tokens: int
     mode: Mode = "hybrid"
     rerank: bool | None = None
-    max_context_tokens: int = 1500
     expand_parent: bool = False
 
 
@@ -81,94 +93,69 @@ class RetrieveResult:
 
 
 class SearchService:
+    """The request path of ``/v1/retrieve``, over the index that ``watcher`` keeps current.
+
+    ``read_pool`` serves the request's single-statement reads (catalog position, details):
+    autocommit saves the BEGIN and COMMIT round trips, while catch-up keeps its transaction
+    on the watcher's pool.
+    """
+
     def __init__(
         self,
         *,
-        pool: ConnectionPool,
-        state: ServingState,
+        watcher: IndexWatcher,
+        read_pool: ConnectionPool,
         searcher: HybridSearcher,
         embedder: QueryEmbedder,
         counter: TokenCounter,
-        fusion: FusionConfig,
-        rerank: RerankConfig,
+        config: SearchConfig,
         reranker: Scorer | None = None,
-        alias: str = "live",
-        poll_seconds: float = 2.0,
-        read_pool: ConnectionPool | None = None,
     ) -> None:
-        self.pool, self.state, self.searcher, self.embedder = pool, state, searcher, embedder
-        # Single-statement reads on the request path (position check, details): autocommit
-        # saves the BEGIN and COMMIT round trips; catch-up keeps its transaction on ``pool``.
-        self.read_pool = read_pool or pool
-        self.counter, self.fusion, self.rerank_cfg, self.reranker = counter, fusion, rerank, reranker
-        self.alias, self.poll_seconds = alias, poll_seconds
-        self.last_swap_error: str | None = None
-        self._stop = threading.Event()
-        self._watcher: threading.Thread | None = None
+        self.watcher, self.state, self.read_pool = watcher, watcher.state, read_pool
+        self.searcher, self.embedder, self.counter, self.reranker = searcher, embedder, counter, reranker
+        self.fusion, self.rerank_config = config.fusion, config.rerank
 
-    # --- lifecycle -----------------------------------------------------------------------
-    def start(self, *, watch: bool = True) -> None:
-        with self.pool.connection() as conn:
-            target = alias_target(conn, self.alias)
-            try:
-                self.state.load(conn, target[1] if target else None)
-            except Exception as exc:  # a bad version must not stop the node: serve the delta
-                self.last_swap_error = f"{type(exc).__name__}: {exc}"
-                log.error("cannot load index version %s: %s", target, exc)
-                self.state.load(conn, None)
-        if watch:
-            self._watcher = threading.Thread(target=self._watch, name="index-watcher", daemon=True)
-            self._watcher.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._watcher:
-            self._watcher.join(timeout=5)
-
+    # --- the index behind it, for the health and admin routes ------------------------------
     def readiness(self) -> str:
-        return "ok" if self.state.loaded else "loading"
+        return self.watcher.readiness()
 
-    def _watch(self) -> None:
-        """Catch up and follow the alias: woken by NOTIFY, polling as the fallback."""
-        listener: psycopg.Connection | None = None
-        while not self._stop.is_set():
-            try:
-                if listener is None:
-                    info = self.pool.conninfo
-                    listener = psycopg.connect(info if isinstance(info, str) else info(), autocommit=True)
-                    listener.execute(f"LISTEN {changes_repo.CHANNEL}")
-                for _ in listener.notifies(timeout=self.poll_seconds, stop_after=1):
-                    pass
-            except Exception:  # no notifications: fall back to polling
-                if listener is not None:
-                    listener.close()
-                listener = None
-                if self._stop.wait(self.poll_seconds):
-                    break
-            try:
-                with self.pool.connection() as conn:
-                    self.state.catch_up(conn)
-                    self.check_alias(conn)
-            except Exception:  # keep serving on the current snapshot; retry next tick
-                log.exception("index watcher tick failed")
-        if listener is not None:
-            listener.close()
-
-    def check_alias(self, conn: psycopg.Connection) -> str | None:
-        """Switch to the alias's version if it moved; returns the new version id."""
-        target = alias_target(conn, self.alias)
-        if target is None or target[0] == self.state.current.version_id:
-            return None
-        try:
-            self.last_swap_error = None
-            return self.state.swap_to(conn, target[1])
-        except Exception as exc:  # refused: the old version keeps serving
-            self.last_swap_error = f"{target[0]}: {type(exc).__name__}: {exc}"
-            log.error("refused index version %s: %s", target[0], exc)
-            return None
+    @property
+    def last_swap_error(self) -> str | None:
+        return self.watcher.last_swap_error
 
     # --- the request path ----------------------------------------------------------------
-    def ensure_fresh(self, position: int | None = None) -> None:
+    def retrieve(
+        self, req: RetrieveRequest, acl: AclFilter, *, catalog_position: int | None = None
+    ) -> RetrieveResult:
+        """Search as ``acl`` allows, on a view caught up to ``catalog_position`` (read now if None).
+
+        Stages: freshness, ACL masks, candidates, fusion, details (the ACL re-checked in SQL),
+        rerank (optional), packing.
+        """
+        slog = StageLog()
+        t = time.perf_counter()
+        self._ensure_fresh(catalog_position)
+        snap = self.state.current
+        masks = build_masks(self.state, snap, acl)
+        slog.time("acl_filter", t)
+        fused: list[FusedHit] = []
+        if masks.allowed:
+            lists, weights = self._candidates(req, snap, masks, slog)
+            fused = self._fuse(lists, weights, slog)
+        reranker = self.reranker if req.rerank is None or req.rerank else None
+        if req.rerank and self.reranker is None:
+            slog.degrade("rerank", "no reranker model is configured")
+        want = max(req.top_k, self.rerank_config.candidates if reranker is not None else 0)
+        ranked = self._details(fused, want, acl, slog)
+        if reranker is not None and ranked:
+            ranked = self._rerank(reranker, req.query, ranked, slog)
+        items = [ResultItem(d, f.score, dict(f.stage_scores)) for f, d in ranked[: req.top_k]]
+        t = time.perf_counter()
+        context = self._pack(items, req)
+        slog.time("packing", t)
+        return RetrieveResult(items, context, snap.version_id, slog.timings_ms, slog.degraded, slog.plans)
+
+    def _ensure_fresh(self, position: int | None) -> None:
         """Catch up with every change committed before this request (fails closed).
 
         Args:
@@ -179,53 +166,21 @@ class SearchService:
             if position is None:
                 with self.read_pool.connection() as conn:
                     position = changes_repo.current_position(conn)
-            if position > self.state.view.position:
-                with self.pool.connection() as conn:
-                    self.state.catch_up(conn)
+            self.watcher.catch_up_to(position)
         except Exception as exc:
             raise UnavailableError("permission data is unavailable; refusing to search") from exc
 
-    def retrieve(
-        self, req: RetrieveRequest, acl: AclFilter, *, catalog_position: int | None = None
-    ) -> RetrieveResult:
-        """Search as ``acl`` allows, on a view caught up to ``catalog_position`` (read now if None)."""
-        slog = StageLog()
-        t = time.perf_counter()
-        self.ensure_fresh(catalog_position)
-        snap = self.state.current
-        masks = build_masks(self.state, snap, acl)
-        slog.time("acl_filter", t)
-        fused = self._candidates(req, snap, masks, slog) if masks.allowed else []
-        use_rerank = self.reranker is not None and (req.rerank is None or req.rerank)
-        if req.rerank and self.reranker is None:
-            slog.degrade("rerank", "no reranker model is configured")
-        want = max(req.top_k, self.rerank_cfg.candidates if use_rerank else 0)
-        t = time.perf_counter()
-        with self.read_pool.connection() as conn:
-            details = chunk_details(
-                conn,
-                rows=[f.chunk_id for f in fused[: want * 2]],
-                tenant_id=acl.tenant_id,
-                readers=sorted(acl.readers),
-            )
-        ranked = [(f, details[f.chunk_id]) for f in fused[: want * 2] if f.chunk_id in details][:want]
-        slog.time("fetch", t)
-        if use_rerank and ranked:
-            ranked = self._rerank(req.query, ranked, slog)
-        items = [ResultItem(d, f.score, dict(f.stage_scores)) for f, d in ranked[: req.top_k]]
-        t = time.perf_counter()
-        context = self._pack(items, req)
-        slog.time("packing", t)
-        return RetrieveResult(items, context, snap.version_id, slog.timings_ms, slog.degraded, slog.plans)
-
-    def _candidates(self, req: RetrieveRequest, snap, masks, slog: StageLog) -> list[FusedHit]:
-        """Dense and/or lexical candidates, fused.
+    def _candidates(
+        self, req: RetrieveRequest, snap: ServingIndex, masks: Masks, slog: StageLog
+    ) -> tuple[list[list[Hit]], list[float]]:
+        """Dense and/or lexical candidate lists, with their fusion weights.
 
         The query goes to the embedder first and the lexical search runs while the model
         works, so in hybrid mode ``embed`` (submit to vector) overlaps ``lexical``.
         """
         n = max(self.fusion.candidates, req.top_k)
-        lists, weights = [], []
+        lists: list[list[Hit]] = []
+        weights: list[float] = []
         pending: Future[np.ndarray] | None = None
         t_embed = time.perf_counter()
         if req.mode in ("hybrid", "dense"):
@@ -248,6 +203,9 @@ class SearchService:
         if lexical is not None:
             lists.append(lexical)
             weights.append(self.fusion.lexical_weight)
+        return lists, weights
+
+    def _fuse(self, lists: list[list[Hit]], weights: list[float], slog: StageLog) -> list[FusedHit]:
         t = time.perf_counter()
         if len(lists) == 1:
             fused = single_list(lists[0])
@@ -256,28 +214,42 @@ class SearchService:
         slog.time("fusion", t)
         return fused
 
-    def _rerank(
-        self, query: str, ranked: list[tuple[FusedHit, ChunkDetail]], slog: StageLog
+    def _details(
+        self, fused: list[FusedHit], want: int, acl: AclFilter, slog: StageLog
     ) -> list[tuple[FusedHit, ChunkDetail]]:
-        assert self.reranker is not None  # checked by the caller
+        """The best ``want`` fused hits with their details; SQL re-checks visibility and ACL."""
+        t = time.perf_counter()
+        head = fused[: want * 2]
+        with self.read_pool.connection() as conn:
+            details = chunk_details(
+                conn,
+                rows=[f.chunk_id for f in head],
+                tenant_id=acl.tenant_id,
+                readers=sorted(acl.readers),
+            )
+        ranked = [(f, details[f.chunk_id]) for f in head if f.chunk_id in details][:want]
+        slog.time("fetch", t)
+        return ranked
+
+    def _rerank(
+        self, reranker: Scorer, query: str, ranked: list[tuple[FusedHit, ChunkDetail]], slog: StageLog
+    ) -> list[tuple[FusedHit, ChunkDetail]]:
         t = time.perf_counter()
         try:
-            scores = self.reranker.score(
-                query, [d.text for _, d in ranked], timeout_s=self.rerank_cfg.budget_ms / 1000.0
+            scores = reranker.score(
+                query, [d.text for _, d in ranked], timeout_s=self.rerank_config.budget_ms / 1000.0
             )
         except Exception as exc:  # over budget or broken: keep the fused order
             slog.degrade("rerank", f"{type(exc).__name__}: kept the fused order")
             slog.time("rerank", t)
             return ranked
-        order = sorted(range(len(ranked)), key=lambda i: -scores[i])
-        rerank_rank = {i: r for r, i in enumerate(order, start=1)}
-        out = []
-        for i, (f, d) in enumerate(ranked):
-            stage = {**f.stage_scores, "rerank": float(scores[i])}
-            blended = 1.0 / (60 + i + 1) + 1.0 / (60 + rerank_rank[i])
-            score = blended if self.rerank_cfg.blend == "rrf" else float(scores[i])
-            out.append((FusedHit(f.chunk_id, score, stage, f.stage_ranks), d))
-        out.sort(key=lambda pair: -pair[0].score)
+        hits = [f for f, _ in ranked]
+        if self.rerank_config.blend == "rrf":
+            order = rerank_fusion(hits, scores, k=self.fusion.rrf_k)
+        else:
+            order = _by_rerank_score(hits, scores)
+        details = {f.chunk_id: d for f, d in ranked}
+        out = [(hit, details[hit.chunk_id]) for hit in order]
         slog.time("rerank", t)
         return out
 
@@ -310,6 +282,16 @@ class SearchService:
             additive=self.counter.additive,
             count_many=self.counter.count_many,
         )
+
+
+def _by_rerank_score(hits: list[FusedHit], scores: Sequence[float]) -> list[FusedHit]:
+    """``blend="replace"``: the reranker's score is the score; ties keep the fused order."""
+    out = [
+        FusedHit(h.chunk_id, float(s), {**h.stage_scores, "rerank": float(s)}, h.stage_ranks)
+        for h, s in zip(hits, scores, strict=True)
+    ]
+    out.sort(key=lambda h: -h.score)
+    return out
 
 
 def _parent_ok(d: ChunkDetail) -> bool:

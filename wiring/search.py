@@ -13,8 +13,9 @@ from rerank.batching import BatchingReranker
 from rerank.cross_encoder import load_reranker
 from retrieve.hybrid import HybridSearcher, PlannerConfig
 from retrieve.query_embedding import QueryEmbedder
-from retrieve.service import FusionConfig, RerankConfig, SearchService
+from retrieve.service import FusionConfig, RerankConfig, SearchConfig, SearchService
 from retrieve.serving import ServingState
+from retrieve.watcher import IndexWatcher
 from wiring.embedding import embedding_spec
 from wiring.index import lexical_tokenizer
 
@@ -43,23 +44,24 @@ def build_search_service(
     )
     reranker = build_reranker(settings)
     query_embedder = QueryEmbedder(embedder)
+    watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
+    config = SearchConfig(
+        FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
+        RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
+    )
     service = SearchService(
-        pool=pool,
-        state=state,
+        watcher=watcher,
+        read_pool=read_pool or pool,
         searcher=searcher,
         embedder=query_embedder,
         counter=embedder.token_counter,
-        fusion=FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
-        rerank=RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
+        config=config,
         reranker=reranker,
-        alias=alias,
-        poll_seconds=ix.poll_seconds,
-        read_pool=read_pool,
     )
-    service.start(watch=watch)
+    watcher.start(watch=watch)
 
     def close() -> None:
-        service.close()
+        watcher.close()
         query_embedder.close()
         if reranker is not None:
             reranker.close()

@@ -41,7 +41,7 @@ def _swap(db_url: str, client: TestClient, version: str) -> str | None:
     with psycopg.connect(db_url) as conn:
         with conn.transaction():
             indexes.swap_alias(conn, alias="live", version_id=version)
-        return client.app.state.search.check_alias(conn)  # type: ignore[attr-defined]
+        return client.app.state.search.watcher.check_alias(conn)  # type: ignore[attr-defined]
 
 
 def test_rebuild_swap_tombstones_and_corrupt_version(

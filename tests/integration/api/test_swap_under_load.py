@@ -57,7 +57,7 @@ def test_swaps_under_concurrent_load(full_client: TestClient, db_url: str, tmp_p
             row = indexes.get_version(conn, version_id=version)
             assert row is not None
             versions[version] = (_rows_of(Path(row.path)), row.catalog_position)
-            full_client.app.state.search.check_alias(conn)  # type: ignore[attr-defined]
+            full_client.app.state.search.watcher.check_alias(conn)  # type: ignore[attr-defined]
 
     publish(rebuild(db_url, config))
     stop = threading.Event()

@@ -187,7 +187,7 @@ class NoLeak(RuleBasedStateMachine):
         with psycopg.connect(self.world["url"]) as conn:
             with conn.transaction():
                 indexes.swap_alias(conn, alias="live", version_id=version)
-            assert self.service.check_alias(conn) == version
+            assert self.service.watcher.check_alias(conn) == version
 
     @invariant()
     def nothing_leaks(self) -> None:

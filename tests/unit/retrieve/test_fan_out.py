@@ -14,13 +14,17 @@ from retrieve.hybrid import HybridSearcher, PlannerConfig, StageLog
 from retrieve.serving import ServingState
 
 Task = tuple[str, Callable[[], list[Hit]]]
+# The fan-out never plans; any thresholds do.
+PLANNER = PlannerConfig(
+    exact_max_allowed=20_000, exact_max_fraction=0.02, overfetch_min_fraction=0.9, ef_search=128, nprobe=16
+)
 
 
 @pytest.fixture()
 def searcher() -> Iterator[HybridSearcher]:
     pool = ThreadPoolExecutor(max_workers=4)
     state = ServingState(model_name="m", dim=4, tokenizer=None)  # type: ignore[arg-type]
-    yield HybridSearcher(state, planner=PlannerConfig(), pool=pool, stage_timeout_s=0.3)
+    yield HybridSearcher(state, planner=PLANNER, pool=pool, stage_timeout_s=0.3)
     pool.shutdown(wait=True)
 
 
