@@ -303,6 +303,8 @@ def retrieve_in_model(limits: RetrieveLimits) -> type[RetrieveInBase]:
         "RetrieveIn",
         __base__=RetrieveInBase,
         __module__=__name__,
+        __doc__="A retrieval request; the bounds of top_k, query and max_context_tokens are this"
+        " deployment's settings.",
         query=(query, ...),
         top_k=(int, Field(limits.default_top_k, ge=1, le=limits.max_top_k)),
         max_context_tokens=(
@@ -347,9 +349,10 @@ class DegradedStage(BaseModel):
     reason: str
 
 
+# The route builds this shape as plain JSON (skipping FastAPI's encoder on the hot path);
+# tests validate real answers against the model so the two cannot drift.
 class RetrieveOut(BaseModel):
-    """The answer of ``/v1/retrieve``. The route builds the same shape as plain JSON (it skips
-    FastAPI's encoder on the hot path); a test validates real answers against this model."""
+    """Ranked results, the context packed from them with citations, and how it was served."""
 
     model_config = ConfigDict(
         json_schema_extra={

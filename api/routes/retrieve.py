@@ -114,12 +114,14 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     # A fresh function per router, so two apps never share (or overwrite) an annotation.
     retrieve.__annotations__["body"] = retrieve_in_model(limits)
     router = APIRouter(tags=["retrieve"])
-    router.add_api_route(
-        "/v1/retrieve",
-        retrieve,
-        methods=["POST"],
-        response_model=RetrieveOut,
-        responses=error_responses(401, 403, 413, 422, 503),
-    )
-    router.add_api_route("/retrieve", retrieve, methods=["POST"], include_in_schema=False)
+    errors = error_responses(401, 403, 413, 422, 503)
+    for path, documented in (("/v1/retrieve", True), ("/retrieve", False)):
+        router.add_api_route(
+            path,
+            retrieve,
+            methods=["POST"],
+            response_model=RetrieveOut,
+            responses=errors,
+            include_in_schema=documented,
+        )
     return router

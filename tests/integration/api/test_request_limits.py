@@ -147,3 +147,14 @@ def test_the_plain_json_answer_matches_retrieve_out(limited: tuple[TestClient, S
     # Every key the route writes is a field of the model, and back: no drift either way.
     assert out.model_dump(mode="json") == resp.json()
     assert out.request_id == "r-1" and out.results[0].page_range == (2, 3)
+
+
+def test_push_batch_size_follows_api_max_batch_documents(db_url: str, tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, database_url=db_url, api={"max_batch_documents": 2})
+    with TestClient(create_app(settings, hooks=[])) as client:
+        headers = {"Authorization": f"Bearer {make_key(db_url, 'acme', ['ingest'])}"}
+        docs = [{"external_id": f"d{i}", "text": "x"} for i in range(3)]
+        over = client.post("/v1/documents", json={"documents": docs}, headers=headers)
+        assert over.status_code == 422 and "at most 2 documents" in over.json()["error"]["message"]
+        ok = client.post("/v1/documents", json={"documents": docs[:2]}, headers=headers)
+        assert ok.status_code == 202 and ok.json()["accepted"] == 2
