@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from api.errors import install_error_handlers
 from api.middleware import RequestContextMiddleware
 from api.routes import admin, health
+from api.schemas import RetrieveLimits
 from authz.principals import KeyAuthenticator
 from catalog.db import apply_migrations, open_pool
 from core.logging import configure_logging
@@ -36,6 +36,17 @@ def _upload_aware_limit(settings: Settings) -> Callable[[str], int]:
         return settings.api.max_body_bytes
 
     return limit_for
+
+
+def retrieve_limits(settings: Settings) -> RetrieveLimits:
+    """The request limits of ``/v1/retrieve``, from the one place their defaults live."""
+    return RetrieveLimits(
+        max_top_k=settings.api.max_top_k,
+        default_top_k=settings.api.default_top_k,
+        max_query_chars=settings.api.max_query_chars,
+        default_context_tokens=settings.retrieve.default_context_tokens,
+        max_context_tokens=settings.retrieve.max_context_tokens,
+    )
 
 
 def create_app(
@@ -76,7 +87,7 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
     app.include_router(health.router)
     app.include_router(admin.router)
-    for router in extra_routers():
+    for router in extra_routers(retrieve_limits(settings)):
         app.include_router(router)
     return app
 
@@ -88,7 +99,7 @@ def default_hooks() -> list[ServiceHook]:
     return [ingest_hook, search_hook, maintenance_hook]
 
 
-def extra_routers() -> list[Any]:
+def extra_routers(limits: RetrieveLimits) -> list[APIRouter]:
     from api.routes import documents, jobs, retrieve
 
-    return [documents.router, jobs.router, retrieve.router]
+    return [documents.router, jobs.router, retrieve.build_router(limits)]

@@ -1,18 +1,92 @@
-"""Domain exceptions become HTTP responses here, once, in one JSON shape."""
+"""Domain exceptions become HTTP responses here, once, in one JSON shape.
+
+``ErrorBody`` is that shape as a model, and ``error_responses`` documents it on a route's
+error statuses, so ``/openapi.json`` shows the same body the handlers send.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.context import request_id_var
 from core.errors import RaglineError
 
 log = logging.getLogger(__name__)
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    request_id: str
+    # Only request validation failures (422 invalid_request) list the fields at fault.
+    details: list[ValidationIssue] | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: ``{"error": {"code", "message", "request_id"}}``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "error": {
+                        "code": "unauthenticated",
+                        "message": "missing bearer token: send 'Authorization: Bearer <api key>'",
+                        "request_id": "4f1c2b9e0a7d4c3e8b6a5d2f1e0c9b8a",
+                    }
+                }
+            ]
+        }
+    )
+    error: ErrorDetail
+
+
+# What each status means on this API and the ``code`` it carries (see core/errors.py).
+_ERRORS: dict[int, tuple[str, str, str]] = {
+    401: ("Missing, unknown or revoked API key.", "unauthenticated", "the API key is revoked"),
+    403: ("The key lacks the role this route needs.", "forbidden", "this key lacks the 'admin' role"),
+    404: ("The addressed resource does not exist for this tenant.", "not_found", "no document 'doc-1'"),
+    413: (
+        "The request body exceeds the configured limit.",
+        "payload_too_large",
+        "request body exceeds 8388608 bytes",
+    ),
+    422: ("The request failed validation.", "invalid_request", "request validation failed"),
+    503: (
+        "A service the request needs is not available.",
+        "unavailable",
+        "the search service is not running",
+    ),
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` entries for ``statuses``, each with ``ErrorBody`` and an example."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        description, code, message = _ERRORS[status]
+        example = {
+            "error": {"code": code, "message": message, "request_id": "4f1c2b9e0a7d4c3e8b6a5d2f1e0c9b8a"}
+        }
+        out[status] = {
+            "model": ErrorBody,
+            "description": description,
+            "content": {"application/json": {"example": example}},
+        }
+    return out
 
 
 def _response(status: int, code: str, message: str, **extra: object) -> JSONResponse:

@@ -15,6 +15,20 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
+# The smallest context budget a request may ask for: below it not even one short chunk fits.
+MIN_CONTEXT_TOKENS = 16
+
+
+def _default_within_max(
+    model: BaseModel, default_name: str, default: int, max_name: str, maximum: int, section: str
+) -> int:
+    """A request default may not exceed its maximum: an explicit conflict is a configuration
+    error; a default left unset follows a lowered maximum down."""
+    if default <= maximum:
+        return default
+    if default_name in model.model_fields_set:
+        raise ValueError(f"{section}.{default_name} ({default}) exceeds {section}.{max_name} ({maximum})")
+    return maximum
 
 
 class ApiSettings(BaseModel):
@@ -25,8 +39,17 @@ class ApiSettings(BaseModel):
     max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     max_batch_documents: int = Field(256, ge=1, le=10_000)
     max_top_k: int = Field(100, ge=1, le=1000)
+    # A request's top_k when it gives none; lowered to max_top_k when only the maximum is set.
+    default_top_k: int = Field(8, ge=1, le=1000)
     max_query_chars: int = Field(2000, ge=16)
     key_cache_seconds: float = Field(1.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _default_top_k_within_max(self) -> ApiSettings:
+        self.default_top_k = _default_within_max(
+            self, "default_top_k", self.default_top_k, "max_top_k", self.max_top_k, "api"
+        )
+        return self
 
 
 class IngestSettings(BaseModel):
@@ -75,8 +98,22 @@ class RetrieveSettings(BaseModel):
     exact_max_fraction: float = Field(0.02, ge=0.0, le=1.0)
     overfetch_min_fraction: float = Field(0.9, ge=0.0, le=1.0)
     stage_timeout_ms: int = Field(2000, ge=1)
-    default_context_tokens: int = Field(1500, ge=16)
-    max_context_tokens: int = Field(16_000, ge=16)
+    # A request's max_context_tokens when it gives none; lowered to max_context_tokens when
+    # only the maximum is set.
+    default_context_tokens: int = Field(1500, ge=MIN_CONTEXT_TOKENS)
+    max_context_tokens: int = Field(16_000, ge=MIN_CONTEXT_TOKENS)
+
+    @model_validator(mode="after")
+    def _default_context_within_max(self) -> RetrieveSettings:
+        self.default_context_tokens = _default_within_max(
+            self,
+            "default_context_tokens",
+            self.default_context_tokens,
+            "max_context_tokens",
+            self.max_context_tokens,
+            "retrieve",
+        )
+        return self
 
 
 class RerankSettings(BaseModel):

@@ -6,6 +6,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import AdminPrincipal, PoolDep
+from api.errors import error_responses
+from api.schemas import GroupsOut
 from authz.api_keys import validate_principal_id
 from catalog import audit
 from catalog import principals as repo
@@ -19,13 +21,18 @@ class GroupsBody(BaseModel):
     groups: list[str] = Field(default_factory=list, max_length=10_000)
 
 
-@router.put("/principals/{principal_id}/groups")
-def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool: PoolDep) -> dict:
+@router.put(
+    "/principals/{principal_id}/groups",
+    response_model=GroupsOut,
+    responses=error_responses(401, 403, 413, 422),
+)
+def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool: PoolDep) -> GroupsOut:
     """Replace a principal's groups; effective for retrieval from the response on."""
     validate_principal_id(principal_id)
     bad = [g for g in body.groups if not g.startswith("group:") or len(g) > 200]
     if bad:
         raise InvalidInputError(f"groups must look like group:<id>: {bad[:3]}")
+    groups = sorted(set(body.groups))
     with pool.connection() as conn:
         repo.replace_groups(conn, tenant_id=admin.tenant_id, principal_id=principal_id, groups=body.groups)
         audit.record(
@@ -34,6 +41,6 @@ def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool:
             action="principal.groups",
             tenant_id=admin.tenant_id,
             target=principal_id,
-            details={"groups": sorted(set(body.groups))},
+            details={"groups": groups},
         )
-    return {"principal": principal_id, "groups": sorted(set(body.groups))}
+    return GroupsOut(principal=principal_id, groups=groups)

@@ -12,7 +12,18 @@ from fastapi import APIRouter, File, Form, Request, UploadFile, status
 from pydantic import ValidationError
 
 from api.deps import IngestPrincipal, PoolDep, SettingsDep
-from api.schemas import AclIn, AclUpdate, DocumentIn, PushRequest, PushResponse, Rejection
+from api.errors import error_responses
+from api.schemas import (
+    AclIn,
+    AclUpdate,
+    AclView,
+    DocumentAclOut,
+    DocumentDeletedOut,
+    DocumentIn,
+    PushRequest,
+    PushResponse,
+    Rejection,
+)
 from catalog import audit
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
@@ -98,7 +109,12 @@ def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list
     return str(job_id)
 
 
-@router.post("/documents", status_code=status.HTTP_202_ACCEPTED, response_model=PushResponse)
+@router.post(
+    "/documents",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=PushResponse,
+    responses=error_responses(401, 403, 413, 422),
+)
 def push_documents(
     body: PushRequest, request: Request, principal: IngestPrincipal, pool: PoolDep, settings: SettingsDep
 ) -> PushResponse:
@@ -112,7 +128,12 @@ def push_documents(
     return PushResponse(job_id=job_id, accepted=len(items), rejections=rejections)
 
 
-@router.post("/documents:upload", status_code=status.HTTP_202_ACCEPTED, response_model=PushResponse)
+@router.post(
+    "/documents:upload",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=PushResponse,
+    responses=error_responses(401, 403, 413, 422),
+)
 def upload_document(
     request: Request,
     principal: IngestPrincipal,
@@ -154,8 +175,12 @@ def upload_document(
     return PushResponse(job_id=job_id, accepted=1, rejections=[])
 
 
-@router.delete("/documents/{external_id:path}")
-def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep) -> dict:
+@router.delete(
+    "/documents/{external_id:path}",
+    response_model=DocumentDeletedOut,
+    responses=error_responses(401, 403, 404, 422),
+)
+def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep) -> DocumentDeletedOut:
     """Tombstones every chunk in the transaction that answers: no retrieval returns them after."""
     with pool.connection() as conn:
         hidden = docs_repo.delete_document(conn, tenant_id=principal.tenant_id, external_id=external_id)
@@ -167,11 +192,15 @@ def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep)
             target=external_id,
             details={"chunks": hidden},
         )
-    return {"external_id": external_id, "deleted": True, "chunks_tombstoned": hidden}
+    return DocumentDeletedOut(external_id=external_id, deleted=True, chunks_tombstoned=hidden)
 
 
-@router.put("/documents/{external_id:path}/acl")
-def put_acl(external_id: str, body: AclUpdate, principal: IngestPrincipal, pool: PoolDep) -> dict:
+@router.put(
+    "/documents/{external_id:path}/acl",
+    response_model=DocumentAclOut,
+    responses=error_responses(401, 403, 404, 413, 422),
+)
+def put_acl(external_id: str, body: AclUpdate, principal: IngestPrincipal, pool: PoolDep) -> DocumentAclOut:
     """Replace a document's ACL; effective for retrieval from this response on."""
     acl = Acl(tuple(body.principals), body.public)
     with pool.connection() as conn:
@@ -184,4 +213,6 @@ def put_acl(external_id: str, body: AclUpdate, principal: IngestPrincipal, pool:
             target=external_id,
             details={"principals": body.principals, "public": body.public},
         )
-    return {"external_id": external_id, "acl": {"principals": body.principals, "public": body.public}}
+    return DocumentAclOut(
+        external_id=external_id, acl=AclView(principals=body.principals, public=body.public)
+    )

@@ -6,29 +6,36 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from api.deps import PoolDep
+from api.schemas import HealthOut, ReadyChecks, ReadyOut
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
-def healthz() -> dict[str, str]:
+@router.get("/healthz", response_model=HealthOut)
+def healthz() -> HealthOut:
     """The process is up."""
-    return {"status": "ok"}
+    return HealthOut(status="ok")
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    responses={
+        503: {"model": ReadyOut, "description": "Not ready: a check failed; its reason is in `checks`."}
+    },
+)
 def readyz(request: Request, pool: PoolDep) -> JSONResponse:
     """Ready when the database answers and the search indexes are loaded."""
-    checks: dict[str, str] = {}
     try:
         with pool.connection(timeout=2.0) as conn:
             conn.execute("SELECT 1")
-        checks["database"] = "ok"
+        database = "ok"
     except Exception as exc:  # any failure means not ready; the reason is in the body
-        checks["database"] = f"unavailable: {type(exc).__name__}"
+        database = f"unavailable: {type(exc).__name__}"
     search = getattr(request.app.state, "search", None)
-    checks["indexes"] = search.readiness() if search is not None else "not configured"
-    ready = all(v in ("ok", "not configured") for v in checks.values())
-    return JSONResponse(
-        {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
+    checks = ReadyChecks(
+        database=database, indexes=search.readiness() if search is not None else "not configured"
     )
+    ready = all(v in ("ok", "not configured") for v in (checks.database, checks.indexes))
+    out = ReadyOut(status="ready" if ready else "not_ready", checks=checks)
+    return JSONResponse(out.model_dump(), status_code=200 if ready else 503)

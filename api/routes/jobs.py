@@ -9,7 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import IngestPrincipal, PoolDep
-from api.schemas import ItemError, JobOut
+from api.errors import error_responses
+from api.schemas import ItemError, JobDocuments, JobOut, JobThroughput
 from catalog import jobs as jobs_repo
 from core.errors import NotFoundError
 
@@ -28,21 +29,21 @@ def job_out(job: jobs_repo.JobRow, errors: list[jobs_repo.ItemRow]) -> JobOut:
         job_id=str(job.job_id),
         kind=job.kind,
         state=job.state,
-        documents={
-            "total": job.documents_total,
-            "done": job.documents_done,
-            "failed": job.documents_failed,
-            "unchanged": job.documents_unchanged,
-        },
+        documents=JobDocuments(
+            total=job.documents_total,
+            done=job.documents_done,
+            failed=job.documents_failed,
+            unchanged=job.documents_unchanged,
+        ),
         pages=job.pages,
         chunks=job.chunks,
         bytes=job.bytes,
-        throughput={
-            "seconds": round(elapsed, 3),
-            "documents_per_s": rate(job.documents_done),
-            "chunks_per_s": rate(job.chunks),
-            "bytes_per_s": rate(job.bytes),
-        },
+        throughput=JobThroughput(
+            seconds=round(elapsed, 3),
+            documents_per_s=rate(job.documents_done),
+            chunks_per_s=rate(job.chunks),
+            bytes_per_s=rate(job.bytes),
+        ),
         created_at=job.created_at.isoformat(),
         started_at=job.started_at.isoformat() if job.started_at else None,
         finished_at=job.finished_at.isoformat() if job.finished_at else None,
@@ -55,7 +56,7 @@ def job_out(job: jobs_repo.JobRow, errors: list[jobs_repo.ItemRow]) -> JobOut:
     )
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut)
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=error_responses(401, 403, 404, 422))
 def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
     with pool.connection() as conn:
         job = jobs_repo.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
@@ -65,7 +66,7 @@ def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> Job
     return job_out(job, failed)
 
 
-@router.get("/jobs", response_model=list[JobOut])
+@router.get("/jobs", response_model=list[JobOut], responses=error_responses(401, 403, 422))
 def list_jobs(
     principal: IngestPrincipal,
     pool: PoolDep,
@@ -77,7 +78,7 @@ def list_jobs(
     return [job_out(j, []) for j in jobs]
 
 
-@router.post("/jobs/{job_id}:cancel", response_model=JobOut)
+@router.post("/jobs/{job_id}:cancel", response_model=JobOut, responses=error_responses(401, 403, 404, 422))
 def cancel_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
     """Stops a job between batches; items already written stay written."""
     with pool.connection() as conn:

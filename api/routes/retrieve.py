@@ -1,50 +1,27 @@
-"""``POST /v1/retrieve`` (also ``POST /retrieve``): permission-filtered hybrid retrieval."""
+"""``POST /v1/retrieve`` (also ``POST /retrieve``): permission-filtered hybrid retrieval.
+
+The request model carries the configured limits, so the router is built per app:
+``build_router(limits)``.
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import date, datetime, time
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from api.deps import QueryPrincipal
+from api.errors import error_responses
+from api.schemas import FiltersIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
 from authz.acl import DocumentFilters, build_acl_filter
 from authz.api_keys import validate_principal_id
 from authz.principals import KeyAuthenticator
 from core.context import request_id_var
 from core.errors import UnavailableError
 from retrieve.service import RetrieveRequest, RetrieveResult, SearchService
-
-router = APIRouter(tags=["retrieve"])
-
-FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=500)]
-
-
-class FiltersIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    source: list[FilterValue] = Field(default_factory=list, max_length=100)
-    mime_type: list[FilterValue] = Field(default_factory=list, max_length=10)
-    created_after: datetime | date | None = None
-    created_before: datetime | date | None = None
-    metadata: dict[
-        Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")],
-        FilterValue | list[FilterValue],
-    ] = Field(default_factory=dict, max_length=32)
-
-
-class RetrieveIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: Annotated[str, StringConstraints(min_length=1, max_length=2000, strip_whitespace=True)]
-    top_k: int = Field(8, ge=1, le=100)
-    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
-    filters: FiltersIn = Field(default_factory=FiltersIn)
-    rerank: bool | None = None
-    max_context_tokens: int = Field(1500, ge=16, le=16_000)
-    expand: Literal["none", "parent"] = "none"
-    as_principal: Annotated[str, StringConstraints(max_length=256)] | None = None
 
 
 def _as_datetime(value: datetime | date | None) -> datetime | None:
@@ -65,6 +42,7 @@ def _filters(f: FiltersIn) -> DocumentFilters:
 
 
 def _response(result: RetrieveResult) -> dict[str, Any]:
+    """``RetrieveOut`` as plain JSON types (tests validate it against the model)."""
     results = [
         {
             "rank": i + 1,
@@ -101,8 +79,7 @@ def _response(result: RetrieveResult) -> dict[str, Any]:
     }
 
 
-def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> JSONResponse:
-    """Search as the key's principal (or, for a delegating key, as ``as_principal``)."""
+def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -> JSONResponse:
     service: SearchService | None = getattr(request.app.state, "search", None)
     if service is None:
         raise UnavailableError("the search service is not running")
@@ -121,9 +98,30 @@ def retrieve(body: RetrieveIn, request: Request, principal: QueryPrincipal) -> J
         expand_parent=body.expand == "parent",
     )
     # Plain JSON types already: skip FastAPI's jsonable_encoder walk over every result.
+    # A returned Response is not validated again, so response_model only documents it.
     result = service.retrieve(req, acl, catalog_position=current.catalog_position)
     return JSONResponse(_response(result))
 
 
-router.add_api_route("/v1/retrieve", retrieve, methods=["POST"])
-router.add_api_route("/retrieve", retrieve, methods=["POST"], include_in_schema=False)
+def build_router(limits: RetrieveLimits) -> APIRouter:
+    """The retrieval routes, validating requests with the model ``limits`` describe."""
+
+    def retrieve(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -> JSONResponse:
+        """Search as the key's principal (or, for a delegating key, as ``as_principal``)."""
+        return _search(body, request, principal)
+
+    # FastAPI reads the body model from the annotation: this app's model, with its limits.
+    # A fresh function per router, so two apps never share (or overwrite) an annotation.
+    retrieve.__annotations__["body"] = retrieve_in_model(limits)
+    router = APIRouter(tags=["retrieve"])
+    errors = error_responses(401, 403, 413, 422, 503)
+    for path, documented in (("/v1/retrieve", True), ("/retrieve", False)):
+        router.add_api_route(
+            path,
+            retrieve,
+            methods=["POST"],
+            response_model=RetrieveOut,
+            responses=errors,
+            include_in_schema=documented,
+        )
+    return router

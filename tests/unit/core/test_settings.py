@@ -55,3 +55,26 @@ def test_key_cache_can_not_exceed_one_second(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("RAGLINE_API__KEY_CACHE_SECONDS", "5")
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_request_defaults_follow_a_lowered_maximum() -> None:
+    s = Settings(api={"max_top_k": 5}, retrieve={"max_context_tokens": 1000})  # type: ignore[arg-type]
+    assert s.api.default_top_k == 5
+    assert s.retrieve.default_context_tokens == 1000
+    assert Settings().api.default_top_k == 8 and Settings().retrieve.default_context_tokens == 1500
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"api": {"max_top_k": 5, "default_top_k": 6}}, "api.default_top_k (6) exceeds api.max_top_k (5)"),
+        (
+            {"retrieve": {"max_context_tokens": 100, "default_context_tokens": 200}},
+            "retrieve.default_context_tokens (200) exceeds retrieve.max_context_tokens (100)",
+        ),
+    ],
+)
+def test_an_explicit_default_above_its_maximum_is_refused(overrides: dict, fragment: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        Settings(**overrides)
+    assert fragment in str(info.value)
