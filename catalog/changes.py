@@ -46,3 +46,8 @@ def changes_since(conn: psycopg.Connection, *, position: int, limit: int = 100_0
         (position, limit),
     ).fetchall()
     return [Change(int(r[0]), r[1], r[2], r[3]) for r in rows]
+
+
+def listen(conn: psycopg.Connection) -> None:
+    """Subscribe ``conn`` (autocommit) to change notifications; read them with ``conn.notifies()``."""
+    conn.execute(f"LISTEN {CHANNEL}")

@@ -125,3 +125,8 @@ def create_database(url: str, name: str) -> None:
         raise ValueError(f"not a plain database name: {name!r}")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def ping(conn: psycopg.Connection) -> None:
+    """One round trip; raises when the server does not answer."""
+    conn.execute("SELECT 1")

@@ -20,6 +20,7 @@ from catalog import changes as changes_repo
 from catalog import indexes as indexes_repo
 from catalog import serving as serving_repo
 from catalog.documents import documents_by_id
+from catalog.maintenance import repeatable_read
 from index.builder import LoadedVersion, load_version
 from index.tokenize import Tokenizer
 from retrieve.catalog_view import CatalogView
@@ -73,9 +74,7 @@ class ServingState:
     def load(self, conn: psycopg.Connection, version_path: Path | None) -> None:
         """Initial load: every document, then the version (if any) and its delta."""
         with self.view.lock:
-            conn.commit()  # the snapshot below must start its own transaction
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            with repeatable_read(conn):
                 position = changes_repo.current_position(conn)
                 for doc in serving_repo.all_documents(conn):
                     self.view.upsert(doc)

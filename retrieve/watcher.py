@@ -86,7 +86,7 @@ class IndexWatcher:
                 if listener is None:
                     info = self.pool.conninfo
                     listener = psycopg.connect(info if isinstance(info, str) else info(), autocommit=True)
-                    listener.execute(f"LISTEN {changes_repo.CHANNEL}")
+                    changes_repo.listen(listener)
                 for _ in listener.notifies(timeout=self.poll_seconds, stop_after=1):
                     pass
             except Exception:  # no notifications: fall back to polling

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from api.deps import PoolDep
 from api.schemas import HealthOut, ReadyChecks, ReadyOut
+from catalog.db import ping
 
 router = APIRouter(tags=["health"])
 
@@ -28,7 +29,7 @@ def readyz(request: Request, pool: PoolDep) -> JSONResponse:
     """Ready when the database answers and the search indexes are loaded."""
     try:
         with pool.connection(timeout=2.0) as conn:
-            conn.execute("SELECT 1")
+            ping(conn)
         database = "ok"
     except Exception as exc:  # any failure means not ready; the reason is in the body
         database = f"unavailable: {type(exc).__name__}"
