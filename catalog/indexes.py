@@ -96,6 +96,21 @@ def resolve_alias(conn: psycopg.Connection, *, alias: str) -> VersionRow | None:
         ).fetchone()
 
 
+@dataclass(frozen=True, slots=True)
+class AliasRow:
+    alias: str
+    version_id: str
+    previous_version: str | None
+
+
+def alias_rows(conn: psycopg.Connection) -> list[AliasRow]:
+    """Every alias with its target and the version it pointed at before (the rollback target)."""
+    with conn.cursor(row_factory=class_row(AliasRow)) as cur:
+        return cur.execute(
+            "SELECT alias, version_id, previous_version FROM index_aliases ORDER BY alias"
+        ).fetchall()
+
+
 def aliases(conn: psycopg.Connection) -> dict[str, str]:
     return {r[0]: r[1] for r in conn.execute("SELECT alias, version_id FROM index_aliases ORDER BY alias")}
 

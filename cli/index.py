@@ -16,7 +16,7 @@ from cli.output import add_json_flag, print_json, print_rows
 from core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from catalog.indexes import VersionRow
+    from catalog.indexes import AliasRow, VersionRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -134,9 +134,9 @@ def _rebuild(args: argparse.Namespace) -> int:
                 delta_chunks=settings.index.rebuild_delta_chunks,
             )
             if not advice.needed:
-                print("no rebuild needed")
+                print("no rebuild needed: " + "; ".join(advice.checks))
                 return 0
-            print("rebuilding: " + "; ".join(advice.reasons))
+            print("rebuilding: " + "; ".join(advice.reasons) + " (checked: " + "; ".join(advice.checks) + ")")
         config = rebuild_config(settings, args.shards)
         if settings.ray_address:
             from jobs.ray_runtime import ensure_ray
@@ -182,12 +182,43 @@ def _gc(args: argparse.Namespace) -> int:
     grace = args.grace_seconds if args.grace_seconds is not None else settings.index.gc_grace_seconds
     conn, _ = _conn(settings)
     with conn:
+        deleted = []
         for v in indexes.gc_candidates(conn, grace_seconds=grace):
             shutil.rmtree(v.path, ignore_errors=True)
             with conn.transaction():
                 indexes.retire(conn, version_id=v.version_id)
+            deleted.append(v.version_id)
             print(f"deleted {v.version_id}")
+        kept = _kept_reasons(indexes.list_versions(conn), indexes.alias_rows(conn), grace)
+    if not deleted:
+        print(f"deleted nothing (grace period {grace} s)")
+    for version_id, why in kept:
+        print(f"kept {version_id}: {why}")
     return 0
+
+
+def _kept_reasons(
+    versions: list[VersionRow], aliases: list[AliasRow], grace_seconds: int
+) -> list[tuple[str, str]]:
+    """Why each remaining version is not garbage, in the words ``gc`` uses."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    out = []
+    for v in versions:
+        if v.state == "deleted":
+            continue
+        reasons = [f"alias {a.alias}" for a in aliases if a.version_id == v.version_id]
+        reasons += [
+            f"rollback target of alias {a.alias}" for a in aliases if a.previous_version == v.version_id
+        ]
+        if v.state == "building":
+            reasons.append("still building")
+        age = (now - (v.built_at or v.created_at)).total_seconds()
+        if not reasons and age < grace_seconds:
+            reasons.append(f"{age:.0f} s old, inside the {grace_seconds} s grace period")
+        out.append((v.version_id, ", ".join(reasons) or "unaliased"))
+    return out
 
 
 def _capacity(args: argparse.Namespace) -> int:
@@ -225,8 +256,8 @@ def _verify(args: argparse.Namespace) -> int:
     with conn:
         target = indexes.resolve_alias(conn, alias=args.alias)
         if target is None:
-            print(f"alias {args.alias} points at no version")
-            return 1
+            print(f"nothing to verify: alias {args.alias} points at no index version yet")
+            return 0
         report = reconcile(conn, target)
     print(json.dumps(report.as_json(), indent=2))
     return 0 if report.ok else 1

@@ -79,6 +79,11 @@ def _build_index(url: str, settings: Settings) -> None:
     from wiring import rebuild_config
 
     with psycopg.connect(url) as conn:
+        # Only the first start points ``live`` at a version: later starts leave an operator's
+        # swap or rollback alone (fresh documents are served from the delta; the maintenance
+        # loop rebuilds on its thresholds).
+        if indexes.resolve_alias(conn, alias="live") is not None:
+            return
         advice = rebuild_advice(
             conn, alias="live", model=settings.embedding_model, tombstone_ratio=0.0001, delta_chunks=1
         )

@@ -153,6 +153,7 @@ class RebuildAdvice:
     reasons: tuple[str, ...]
     tombstone_ratio: dict[int, float]
     delta_chunks: int
+    checks: tuple[str, ...]  # every comparison made, passed or not ("delta 3 chunks < 50000")
 
 
 def rebuild_advice(
@@ -162,17 +163,24 @@ def rebuild_advice(
     target = indexes_repo.resolve_alias(conn, alias=alias)
     if target is None:
         count = maintenance_repo.embedding_stats(conn, model=model).vectors
-        return RebuildAdvice(count > 0, ("no index version yet",) if count else (), {}, count)
+        check = f"alias {alias} has no version; {count} stored vectors for {model}"
+        return RebuildAdvice(count > 0, ("no index version yet",) if count else (), {}, count, (check,))
     manifest = read_manifest(Path(target.path))
     ratios: dict[int, float] = {}
-    reasons = []
+    reasons, checks = [], []
     for number, entry in enumerate(manifest.shards):
         rows = np.load(Path(target.path) / entry.path / "row_ids.npy")
         dead = maintenance_repo.hidden_count(conn, rows=rows.tolist())
         ratios[number] = dead / max(1, len(rows))
-        if ratios[number] >= tombstone_ratio:
+        over = ratios[number] >= tombstone_ratio
+        checks.append(
+            f"shard {number} hidden {ratios[number]:.2f} {'>=' if over else '<'} {tombstone_ratio}"
+            f" ({dead} of {len(rows)} vectors)"
+        )
+        if over:
             reasons.append(f"shard {number} tombstone ratio {ratios[number]:.2f} >= {tombstone_ratio}")
     delta = maintenance_repo.fresh_leaf_count(conn, after_position=target.catalog_position)
+    checks.append(f"delta {delta} chunks {'>=' if delta >= delta_chunks else '<'} {delta_chunks}")
     if delta >= delta_chunks:
         reasons.append(f"delta holds {delta} chunks >= {delta_chunks}")
-    return RebuildAdvice(bool(reasons), tuple(reasons), ratios, delta)
+    return RebuildAdvice(bool(reasons), tuple(reasons), ratios, delta, tuple(checks))
