@@ -46,12 +46,12 @@ from catalog import embedded
 from catalog import jobs as jobs_repo
 from catalog.db import apply_migrations
 from catalog.jobs import NewItem
-from core.records import Acl, SourceDocument
+from core.records import Acl, ItemRef, Prepared, SourceDocument
 from core.settings import Settings
 from index.embedder import Embedder, load_embedder
 from ingest.chunking import chunk_document
 from ingest.parse import parse_document
-from ingest.pipeline import ChunkingConfig, ItemRef, Prepared, prepare
+from ingest.pipeline import ChunkingConfig, prepare
 from jobs.commands import MIME_BY_SUFFIX, Progress, make_runner, walk
 
 REPO = Path(__file__).resolve().parents[1]
