@@ -21,7 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 from core.errors import ConfigError, RaglineError, UnavailableError
-from rerank.cross_encoder import Pair, PairScorer
+from rerank.scoring import Pair, PairScorer
 
 logger = logging.getLogger(__name__)
 
