@@ -9,7 +9,8 @@ once, and requests that arrive while a batch runs go together in the next one: t
 cost over a direct call is one hand-over to the worker thread, with no sleep.
 
 A request whose future is done (cancelled by a caller that gave up, or failed by an earlier
-batch) or whose deadline has passed is dropped from the queue instead of being run.
+batch) or whose deadline has passed is dropped from the queue instead of being run; a
+passed deadline fails its future with ``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -206,6 +207,8 @@ class MicroBatcher(Generic[T, R]):
             unit = self._pending[0]
             if unit.request.expired(now):
                 self._pending.popleft()
+                # Answer a waiter that set a deadline but no timeout of its own.
+                _resolve(unit.request.future, exc=TimeoutError(f"{self.name} deadline passed"))
                 continue
             longest_if_added = max(longest, unit.cost)
             if self.max_cost is not None and batch and (len(batch) + 1) * longest_if_added > self.max_cost:
