@@ -48,13 +48,13 @@ from catalog.db import apply_migrations, create_database
 from catalog.jobs import NewItem
 from catalog.principals import ensure_tenant
 from core.progress import Progress
-from core.records import Acl, SourceDocument
+from core.records import Acl, ItemRef, Prepared, SourceDocument
 from core.settings import Settings
 from index.embedder import Embedder, load_embedder
 from ingest.chunking import chunk_document
 from ingest.files import MIME_BY_SUFFIX, walk
 from ingest.parse import parse_document
-from ingest.pipeline import ChunkingConfig, ItemRef, Prepared, prepare
+from ingest.pipeline import ChunkingConfig, prepare
 from wiring import make_runner
 
 REPO = Path(__file__).resolve().parents[1]

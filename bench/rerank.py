@@ -29,6 +29,7 @@ from typing import cast
 
 from bench.common import print_table
 from bench.metrics import ndcg_at_k
+from core.backends import BackendChoice
 from rerank import (
     BeirCollection,
     TrainReport,
@@ -38,8 +39,8 @@ from rerank import (
     train_reranker,
     write_model_card,
 )
-from rerank.cross_encoder import Backend, BatchedCrossEncoder
 from rerank.data import tokenize
+from rerank.scoring import BatchedCrossEncoder
 
 REPO = Path(__file__).resolve().parents[1]
 RRF_K = 60  # Cormack et al. 2009
@@ -176,7 +177,7 @@ def _load(args: argparse.Namespace, model: Path, cache: Path) -> dict[str, Batch
             str(model),
             device="cpu",
             max_length=args.max_length,
-            backend=cast(Backend, name),
+            backend=cast(BackendChoice, name),
             data_dir=cache,
             threads=args.threads,
         )

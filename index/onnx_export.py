@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from core.backends import require_exporter
 from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -138,23 +139,6 @@ def ensure_export(model_path: str, out_dir: Path) -> OnnxExport:
     return export_model(model_path, out_dir, fingerprint=fingerprint)
 
 
-def exporter_available() -> bool:
-    """Whether both ``onnx`` (for the exporter) and ``onnxruntime`` import: what ``auto``
-    backends need before choosing ONNX."""
-    try:
-        import onnx  # noqa: F401  (the TorchScript exporter imports it)
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def require_exporter(hint: str) -> None:
-    """ConfigError(hint) unless :func:`exporter_available`."""
-    if not exporter_available():
-        raise ConfigError(hint)
-
-
 def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExport:
     """Export, verify and atomically publish ``out_dir``; ConfigError when the output differs."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -201,21 +185,6 @@ def export_model(model_path: str, out_dir: Path, *, fingerprint: str) -> OnnxExp
     meta = publish_export(out_dir, build)
     log.info("exported %s to ONNX in %s (min cosine %.6f)", model_path, out_dir, meta["min_cosine"])
     return _export_from_meta(out_dir, meta)
-
-
-def cpu_session(model_file: Path, *, threads: int) -> Any:
-    """An onnxruntime CPU session: ``threads`` intra-op threads, sequential, no spinning.
-
-    Spinning workers burn the shared cores that the API, Ray workers and the other model need.
-    """
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
 
 
 def pool(

@@ -1,5 +1,12 @@
 """Bytes to text: BOMs, UTF-8, detected legacy encodings, and a lossy fallback that never fails.
 
+Legacy encodings are detected by charset-normalizer. Three cheap guards stay in front of it
+because its raw answer is wrong on cases we must get right (charset-normalizer 3.5):
+a damaged file with a BOM is still that BOM's encoding (it returns no candidate at all); a
+damaged UTF-8 file with well-formed multi-byte sequences is UTF-8 with replacements (it
+answers cp1250 with chaos 0, "cafĂ©"); and cp1252 wins close calls and evidence-free
+guesses (it reads Latin-1 French prose as cp1250, "élčves", and ``déjà`` as UTF-16-BE).
+
 Every decision that loses or reinterprets data is reported as a warning string so the
 catalog can show why a document reads oddly, instead of the pipeline crashing on it.
 """
@@ -9,6 +16,8 @@ from __future__ import annotations
 import codecs
 import contextvars
 import re
+
+from charset_normalizer import from_bytes
 
 _BOMS: tuple[tuple[bytes, str], ...] = (
     # UTF-32 first: its little-endian BOM starts with the UTF-16 one.
@@ -121,10 +130,6 @@ def _guess_encoding(data: bytes) -> str | None:
     language evidence: it is by far the most common legacy encoding of Western office
     documents and web pages.
     """
-    try:
-        from charset_normalizer import from_bytes
-    except ImportError:  # optional: without it we fall back to lossy UTF-8
-        return None
     has_nul = b"\x00" in data
     candidates = [
         match

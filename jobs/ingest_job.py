@@ -1,8 +1,8 @@
 """An ingestion job: pending items -> prepare -> embed -> commit, inline or on Ray Data.
 
-Both paths run the same stage functions (``ingest.pipeline``). Commits happen in the
-driver, one transaction per document with its job item, so progress is durable per item
-and a resumed job redoes only what is still pending.
+Both paths run the same stage functions (``ingest.pipeline``). Commits (``jobs.commit``)
+happen in the driver, one transaction per document with its job item, so progress is
+durable per item and a resumed job redoes only what is still pending.
 """
 
 from __future__ import annotations
@@ -22,19 +22,10 @@ from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from catalog.jobs import ItemRow
 from core.errors import ParseError
+from core.records import Committable, Embedded, Failed, ItemRef, Outcome, Prepared, Unchanged
 from index.embedder import Embedder, EmbeddingSpec
-from ingest.pipeline import (
-    ChunkingConfig,
-    Embedded,
-    Failed,
-    ItemRef,
-    Outcome,
-    Prepared,
-    Unchanged,
-    commit,
-    embed,
-    prepare,
-)
+from ingest.pipeline import ChunkingConfig, embed, prepare
+from jobs.commit import commit
 from jobs.sources import load_source
 
 log = logging.getLogger(__name__)
@@ -76,7 +67,7 @@ def prepare_item(
     return outcome
 
 
-def _embed_outcomes(outcomes: Sequence[Outcome], embedder: Embedder) -> list[Embedded | Unchanged | Failed]:
+def _embed_outcomes(outcomes: Sequence[Outcome], embedder: Embedder) -> list[Committable]:
     ready = [o for o in outcomes if isinstance(o, Prepared)]
     embedded = iter(embed(ready, embedder)) if ready else iter(())
     return [next(embedded) if isinstance(o, Prepared) else o for o in outcomes]
@@ -86,7 +77,7 @@ class Cancelled(Exception):
     pass
 
 
-def _commit_all(conn: psycopg.Connection, ctx: JobContext, results: Sequence[Any]) -> int:
+def _commit_all(conn: psycopg.Connection, ctx: JobContext, results: Sequence[Committable]) -> int:
     chunks = 0
     for result in results:
         commit(conn, result, model=ctx.model_name)
@@ -169,7 +160,7 @@ def _spec(ctx: JobContext, embed_batch: int) -> EmbeddingSpec:
 
 def ray_results(
     ctx: JobContext, item_nos: Sequence[int], *, embed_actors: int, embed_batch: int
-) -> Iterator[list[Any]]:
+) -> Iterator[list[Committable]]:
     """Stream embedded outcomes back to the driver, one Ray Data batch at a time."""
     import ray
     from ray.data import ActorPoolStrategy

@@ -24,18 +24,19 @@ from typing import Any
 
 import numpy as np
 
+from core.backends import require_exporter, resolve_device
 from core.errors import ConfigError
+from core.onnx_runtime import cpu_session
 from index.onnx_export import (
     MODEL_FILE,
-    cpu_session,
     export_transformer,
     onnx_cache_dir,
     publish_export,
     read_meta,
-    require_exporter,
     source_fingerprint,
 )
-from rerank.cross_encoder import BatchedCrossEncoder, CrossEncoderReranker, Pair, load_cross_encoder
+from rerank.scoring import BatchedCrossEncoder, Pair
+from rerank.torch_backend import CrossEncoderReranker, load_cross_encoder
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,32 @@ class OnnxCrossEncoderReranker(BatchedCrossEncoder):
         self._max_length = limit
         self._tokenizer = tokenizer
         self._session = cpu_session(export.model_file, threads=threads or 1)
+
+    @classmethod
+    def load(
+        cls,
+        source: str,
+        *,
+        device: str,
+        max_length: int | None,
+        max_batch_tokens: int,
+        max_batch_pairs: int,
+        data_dir: Path | None,
+        threads: int | None,
+    ) -> OnnxCrossEncoderReranker:
+        """:func:`load_onnx_reranker`; ConfigError without ``data_dir`` (the export cache)."""
+        if data_dir is None:
+            raise ConfigError("the onnx reranker backend needs data_dir for its export cache")
+        if resolve_device(device) != "cpu":
+            log.warning("the onnx reranker backend runs on CPU; device %r ignored", device)
+        return load_onnx_reranker(
+            source,
+            data_dir=data_dir,
+            max_length=max_length,
+            max_batch_tokens=max_batch_tokens,
+            max_batch_pairs=max_batch_pairs,
+            threads=threads,
+        )
 
     @property
     def max_length(self) -> int:

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.backends import resolve_device
 from core.errors import ConfigError, InvalidInputError
-from rerank.cross_encoder import resolve_device
 from rerank.data import TrainingPair
 
 if TYPE_CHECKING:

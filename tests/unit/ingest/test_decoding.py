@@ -44,3 +44,21 @@ def test_binary_garbage_never_raises() -> None:
     text, warnings = decode_text(bytes(range(256)) * 16)
     assert isinstance(text, str) and text
     assert warnings
+
+
+def test_latin1_prose_is_read_as_cp1252() -> None:
+    # charset-normalizer alone ranks cp1250 first here ("élčves").
+    original = "Les élèves ont été très sérieux à l'école, même en été."
+    assert decode_text(original.encode("latin-1")) == (original, ("decoded_as: cp1252",))
+    assert decode_text("déjà".encode("cp1252")) == ("déjà", ("decoded_as: cp1252",))
+
+
+def test_a_damaged_file_keeps_its_bom_encoding() -> None:
+    data = codecs.BOM_UTF16_LE + "ok".encode("utf-16-le") + b"\x00\xd8"
+    assert decode_text(data) == ("ok\ufffd", ("invalid_utf16le: replaced 2 bytes",))
+
+
+def test_declared_encoding_that_does_not_fit_is_ignored() -> None:
+    original = "Größe, Übung, Straße und Bäume – schön."
+    text, warnings = decode_text(original.encode("cp1252"), declared_encoding="utf-16")
+    assert (text, warnings) == (original, ("decoded_as: cp1252",))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rerank import CrossEncoderReranker, TrainingPair, TrainReport, load_reranker, train_reranker
-from rerank.cross_encoder import BatchedCrossEncoder
 from rerank.onnx_backend import OnnxCrossEncoderReranker
+from rerank.scoring import BatchedCrossEncoder
 
 HAS_ONNX = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
 NO_ONNX = 'the onnx extra is not installed: pip install -e ".[onnx]"'

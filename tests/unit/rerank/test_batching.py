@@ -12,7 +12,7 @@ import pytest
 
 from core.errors import UnavailableError
 from rerank import BatchingReranker, Reranker, RerankTimeout
-from rerank.cross_encoder import BatchedCrossEncoder, Pair
+from rerank.scoring import BatchedCrossEncoder, Pair
 from tests.unit.rerank.conftest import TOPICS
 
 PASSAGES = [passage for _, passage in TOPICS]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from core.errors import ConfigError
 from rerank import CrossEncoderReranker, Reranker, load_reranker, token_batches
-from rerank.cross_encoder import BatchedCrossEncoder
+from rerank.scoring import BatchedCrossEncoder
 from tests.unit.rerank.conftest import TOPICS
 
 PASSAGES = [passage for _, passage in TOPICS]

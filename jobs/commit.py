@@ -1,0 +1,94 @@
+"""The commit stage of an ingestion job: one outcome and its job item, in one transaction.
+
+Runs in the driver (inline or Ray path alike), so progress is durable per item and a
+resumed job redoes only what is still pending; a finished item is never written twice.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from catalog import documents as docs_repo
+from catalog import jobs as jobs_repo
+from core.records import Committable, Embedded, Failed, Unchanged
+from ingest.pipeline import with_version
+
+
+def commit(conn: psycopg.Connection, item: Committable, *, model: str) -> str:
+    """Write one outcome and its job item in one transaction; returns the item state.
+
+    Returns ``skipped`` when the item was already finished (a resumed job racing itself).
+    """
+    with conn.transaction():
+        if isinstance(item, Failed):
+            done = jobs_repo.finish_item(
+                conn,
+                job_id=item.ref.job_id,
+                item_no=item.ref.item_no,
+                state="failed",
+                error_code=item.code,
+                error_message=item.message,
+            )
+            return "failed" if done else "skipped"
+        if isinstance(item, Unchanged):
+            done = jobs_repo.finish_item(
+                conn,
+                job_id=item.ref.job_id,
+                item_no=item.ref.item_no,
+                state="unchanged",
+                doc_id=item.doc_id,
+                version=item.version,
+            )
+            return "unchanged" if done else "skipped"
+        return _commit_embedded(conn, item, model=model)
+
+
+def _commit_embedded(conn: psycopg.Connection, item: Embedded, *, model: str) -> str:
+    p, src = item.prepared, item.prepared.source
+    if not jobs_repo.item_is_pending(conn, job_id=p.ref.job_id, item_no=p.ref.item_no):
+        return "skipped"
+    current = docs_repo.lock_for_write(
+        conn, tenant_id=src.tenant_id, external_id=src.external_id, mime_type=src.mime_type
+    )
+    if current.state == "active" and current.content_hash == p.content_hash:
+        # Another job committed the same content meanwhile: only the ACL may differ.
+        docs_repo.update_acl_if_changed(conn, doc=current, acl=src.acl)
+        done = jobs_repo.finish_item(
+            conn,
+            job_id=p.ref.job_id,
+            item_no=p.ref.item_no,
+            state="unchanged",
+            doc_id=current.doc_id,
+            version=current.current_version,
+        )
+        return "unchanged" if done else "skipped"
+    version = docs_repo.next_version(conn, doc=current)
+    chunks = with_version(p.chunks, tenant_id=src.tenant_id, external_id=src.external_id, version=version)
+    result = docs_repo.commit_version(
+        conn,
+        doc=current,
+        version=version,
+        mime_type=src.mime_type,
+        title=src.title,
+        metadata=src.metadata,
+        acl=src.acl,
+        content_hash=p.content_hash,
+        byte_size=len(src.content),
+        page_count=p.page_count,
+        warnings=p.warnings,
+        chunks=chunks,
+        vectors=item.vectors,
+        model=model,
+    )
+    jobs_repo.finish_item(
+        conn,
+        job_id=p.ref.job_id,
+        item_no=p.ref.item_no,
+        state="succeeded",
+        doc_id=result.doc_id,
+        version=result.version,
+        chunks=sum(1 for c in chunks if c.level == 0),
+        pages=p.page_count,
+        warnings=p.warnings,
+    )
+    return "succeeded"

@@ -1,0 +1,92 @@
+"""The ingestion stages as plain functions: no database, no Ray, a deterministic embedder."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import numpy as np
+
+from core.records import Failed, ItemRef, Prepared, SourceDocument, Unchanged
+from ingest.pipeline import ChunkingConfig, embed, hash_source, prepare, with_version
+
+CONFIG = ChunkingConfig(chunk_tokens=16, overlap_tokens=2)
+REF = ItemRef(uuid.uuid4(), 0)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class CountingEmbedder:
+    """Row i of a call is [call number, i]: shows how one encode call is split back."""
+
+    model_name = "fake"
+    dim = 2
+    max_tokens = 512
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(len(texts))
+        return np.array([[len(self.calls), i] for i in range(len(texts))], dtype=np.float32)
+
+    def count_tokens(self, text: str) -> int:
+        return _words(text)
+
+
+def _source(text: str, external_id: str = "doc") -> SourceDocument:
+    return SourceDocument("t1", external_id, "text/plain", text.encode())
+
+
+def _prepare(source: SourceDocument, current_hash: str | None = None) -> Prepared | Unchanged | Failed:
+    current = (7, 3) if current_hash is not None else None
+    return prepare(
+        REF, source, current_hash=current_hash, current=current, count_tokens=_words, config=CONFIG
+    )
+
+
+def test_prepare_chunks_new_content() -> None:
+    out = _prepare(_source("one two three. " * 20))
+    assert isinstance(out, Prepared)
+    assert out.ref == REF and out.content_hash == hash_source(out.source, CONFIG)
+    assert any(c.level == 0 for c in out.chunks)
+
+
+def test_same_content_is_unchanged_without_parsing() -> None:
+    source = _source("hello world")
+    assert _prepare(source, current_hash=hash_source(source, CONFIG)) == Unchanged(REF, 7, 3)
+
+
+def test_crlf_and_chunking_settings_change_the_hash_as_expected() -> None:
+    assert hash_source(_source("a\r\nb"), CONFIG) == hash_source(_source("a\nb"), CONFIG)
+    assert hash_source(_source("a"), CONFIG) != hash_source(_source("a"), ChunkingConfig(17, 2))
+
+
+def test_empty_document_fails_instead_of_raising() -> None:
+    out = _prepare(_source("   \n  "))
+    assert isinstance(out, Failed) and out.code == "empty_document"
+
+
+def test_embed_is_one_call_split_back_per_document() -> None:
+    docs = [_prepare(_source("alpha beta. " * n, f"d{n}")) for n in (3, 30)]
+    prepared = [d for d in docs if isinstance(d, Prepared)]
+    embedder = CountingEmbedder()
+    out = embed(prepared, embedder)
+    assert len(embedder.calls) == 1
+    leaves = [sum(1 for c in p.chunks if c.level == 0) for p in prepared]
+    assert [len(e.vectors) for e in out] == leaves
+    assert [e.prepared for e in out] == prepared
+    assert out[1].vectors[0, 1] == leaves[0]  # the second document's rows follow the first's
+
+
+def test_with_version_rederives_ids_and_parent_links() -> None:
+    out = _prepare(_source("# Title\n\n" + "word " * 80))
+    assert isinstance(out, Prepared)
+    v2 = with_version(out.chunks, tenant_id="t1", external_id="doc", version=2)
+    ids = {c.chunk_id for c in v2}
+    assert ids.isdisjoint(c.chunk_id for c in out.chunks)
+    assert any(c.parent_id for c in v2)
+    assert all(c.parent_id is None or c.parent_id in ids for c in v2)
+    assert with_version(out.chunks, tenant_id="t1", external_id="doc", version=2) == v2
