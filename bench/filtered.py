@@ -11,14 +11,16 @@ import argparse
 import math
 import os
 import time
+from dataclasses import replace
 
 import faiss
 import numpy as np
 
 from bench.common import clustered_vectors, print_table, recall_at_k, time_per_query
 from core.settings import Settings
-from index.faiss_shards import DenseParams, DenseShard, exact_search
+from index.faiss_shards import DenseShard, exact_search
 from retrieve.planner import EF_SEARCH_CAP, OVERFETCH_SAFETY, plan_search, search_shard
+from wiring import dense_params
 
 # The rows (100% .. 0.01%) plus 95% and 50%, where over-fetch and filtered traversal take over.
 SELECTIVITIES = (1.0, 0.95, 0.5, 0.1, 0.01, 0.001, 0.0001)
@@ -65,8 +67,12 @@ def main() -> None:
     base, queries, how = clustered_vectors(args.n, args.queries, args.dim, seed=args.seed)
     print(f"data: {args.n:,} x {args.dim}, {args.queries} queries, k={args.k}, cores={os.cpu_count()}")
     print(f"      {how}")
-    params = DenseParams(
-        kind="hnsw", hnsw_m=args.m, ef_construction=args.ef_construction, ef_search=args.ef_search
+    params = replace(
+        dense_params(Settings()),
+        kind="hnsw",
+        hnsw_m=args.m,
+        ef_construction=args.ef_construction,
+        ef_search=args.ef_search,
     )
     started = time.perf_counter()
     shard = DenseShard.build(base, np.arange(args.n, dtype=np.int64), params)

@@ -11,14 +11,17 @@ import argparse
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import faiss
 import numpy as np
 
 from bench.common import clustered_vectors, print_table, recall_at_k, time_per_query
+from core.settings import Settings
 from index.capacity import estimate_capacity
-from index.faiss_shards import VECTORS_FILE, DenseParams, DenseShard, exact_search
+from index.faiss_shards import VECTORS_FILE, DenseShard, exact_search
+from wiring import dense_params
 
 
 def _args() -> argparse.Namespace:
@@ -52,10 +55,11 @@ def main() -> None:
     print(f"      {how}")
     print(f"      OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}\n")
     _, truth = exact_search(base, queries, args.k)
+    serving = dense_params(Settings())  # the serving defaults; the flags override some
     kinds = {
-        "flat": DenseParams(kind="flat"),
-        "hnsw": DenseParams(kind="hnsw", hnsw_m=args.m, ef_construction=args.ef_construction),
-        "ivfpq": DenseParams(kind="ivfpq", pq_m=args.pq_m, pq_nbits=args.pq_nbits, refine=True),
+        "flat": replace(serving, kind="flat"),
+        "hnsw": replace(serving, kind="hnsw", hnsw_m=args.m, ef_construction=args.ef_construction),
+        "ivfpq": replace(serving, kind="ivfpq", pq_m=args.pq_m, pq_nbits=args.pq_nbits, refine=True),
     }
     search_rows: list[list[object]] = []
     size_rows: list[list[object]] = []

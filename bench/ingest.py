@@ -56,6 +56,7 @@ from ingest.files import MIME_BY_SUFFIX, walk
 from ingest.parse import parse_document
 from ingest.pipeline import ChunkingConfig, prepare
 from wiring import make_runner
+from wiring.ingest import chunking_config
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -429,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.LocalCluster, tmp: Path) -> None:
     settings = Settings(data_dir=tmp, log_level="WARNING")
-    config = ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap)
+    config = chunking_config(settings)
     embedder = load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size)
     _throughput(args, items, cluster, tmp, settings, embedder)
     print("\nPDF parsing (best of 3 per file; pages/s over the whole file):")
@@ -454,7 +455,7 @@ def _throughput(
     settings: Settings,
     embedder: Embedder,
 ) -> None:
-    config = ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap)
+    config = chunking_config(settings)
     started = time.perf_counter()
     by_doc = leaf_texts(items, embedder, config)
     texts = [t for doc in by_doc for t in doc]

@@ -52,9 +52,8 @@ from catalog.db import apply_migrations
 from core.errors import ConflictError
 from core.settings import DEFAULT_EMBEDDING_MODEL, Settings
 from index.builder import auto_params, build_version
-from index.faiss_shards import DenseParams
-from index.tokenize import Tokenizer
 from retrieve.delta import lexical_text
+from wiring import dense_params, lexical_tokenizer
 
 TENANT = "bench"
 PRINCIPAL = "user:bench"
@@ -170,12 +169,10 @@ def build_live_index(
     url: str, index_root: Path, corpus: Corpus, row_ids: np.ndarray, doc_ids: np.ndarray
 ) -> str:
     """Build a version with the server's default index settings and point ``live`` at it."""
-    ix = Settings().index
+    settings = Settings()
+    ix = settings.index
     version_id = f"bench-{int(time.time())}"
-    template = DenseParams(
-        hnsw_m=ix.hnsw_m, ef_construction=ix.hnsw_ef_construction, ef_search=ix.hnsw_ef_search,
-        nlist=ix.ivf_nlist, nprobe=ix.ivf_nprobe, pq_m=ix.pq_m, pq_nbits=ix.pq_nbits,
-    )  # fmt: skip
+    template = dense_params(settings)
     with psycopg.connect(url, autocommit=True) as conn:
         position = current_position(conn)
         path = index_root / version_id
@@ -190,7 +187,8 @@ def build_live_index(
             dense_params_for=auto_params(
                 template, flat_max=ix.flat_max_vectors, ivfpq_min=ix.ivfpq_min_vectors
             ),
-            tokenizer=Tokenizer(), model_name=DEFAULT_EMBEDDING_MODEL, catalog_position=position,
+            tokenizer=lexical_tokenizer(settings), model_name=DEFAULT_EMBEDDING_MODEL,
+            catalog_position=position,
         )  # fmt: skip
         indexes_repo.mark_ready(
             conn, version_id=version_id, chunk_count=len(row_ids), catalog_position=position

@@ -244,11 +244,11 @@ class EmbeddingSpec:
     """
 
     model_name: str
-    device: str = "auto"
-    backend: str = "auto"
-    onnx_dir: Path | None = None
-    threads: int | None = 1
-    batch_size: int = 32
+    device: str
+    backend: str
+    onnx_dir: Path | None
+    threads: int | None
+    batch_size: int
 
     def resolved_backend(self) -> Backend:
         return resolve_backend(self.backend, device=self.device, cache_dir=self.onnx_dir, kind="embedding")

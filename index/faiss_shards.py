@@ -61,14 +61,15 @@ class DenseParams:
         seed: seed of the IVF-PQ training sample.
     """
 
-    kind: DenseKind = "hnsw"
-    hnsw_m: int = 32
-    ef_construction: int = 80
-    ef_search: int = 64
-    nlist: int = 0
-    nprobe: int = 16
-    pq_m: int = 48
-    pq_nbits: int = 8
+    kind: DenseKind
+    hnsw_m: int
+    ef_construction: int
+    ef_search: int
+    nlist: int
+    nprobe: int
+    pq_m: int
+    pq_nbits: int
+    # No setting covers these three: they are properties of the IVF-PQ build itself.
     refine: bool = True
     refine_factor: int = 4
     seed: int = 1234

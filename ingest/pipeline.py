@@ -22,8 +22,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ChunkingConfig:
-    chunk_tokens: int = 256
-    overlap_tokens: int = 32
+    """Chunk size and overlap in model tokens (``IngestSettings`` holds the defaults)."""
+
+    chunk_tokens: int
+    overlap_tokens: int
 
 
 def hash_source(source: SourceDocument, config: ChunkingConfig) -> str:

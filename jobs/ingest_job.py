@@ -38,8 +38,8 @@ class JobContext:
     conninfo: str
     model_name: str
     chunking: ChunkingConfig
-    batch_documents: int = 8
-    embedding: EmbeddingSpec | None = None
+    batch_documents: int
+    embedding: EmbeddingSpec
 
 
 def prepare_item(
@@ -148,8 +148,7 @@ class _EmbedActor:
 
 
 def _spec(ctx: JobContext, embed_batch: int) -> EmbeddingSpec:
-    spec = ctx.embedding or EmbeddingSpec(ctx.model_name, backend="torch")
-    spec = dataclasses.replace(spec, batch_size=embed_batch)
+    spec = dataclasses.replace(ctx.embedding, batch_size=embed_batch)
     if spec.resolved_backend() == "onnx" and spec.onnx_dir is not None:
         from index.embedder import resolve_model_path
         from index.onnx_export import ensure_export

@@ -42,15 +42,17 @@ class Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class RebuildConfig:
+    """How to build a version; ``wiring.rebuild_config`` fills it from ``IndexSettings``."""
+
     index_root: Path
     model_name: str
-    n_shards: int = 2
-    shard_by: str = "document"
-    dense: DenseParams = DenseParams()
-    flat_max_vectors: int = 20_000
-    ivfpq_min_vectors: int = 2_000_000
-    force_kind: DenseKind | None = None  # every shard gets this kind instead of the size policy
-    tokenizer: Tokenizer = Tokenizer()
+    n_shards: int
+    shard_by: str
+    dense: DenseParams
+    flat_max_vectors: int
+    ivfpq_min_vectors: int
+    force_kind: DenseKind | None  # every shard gets this kind instead of the size policy
+    tokenizer: Tokenizer
 
 
 def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:

@@ -35,13 +35,13 @@ class RunnerConfig:
     model_name: str
     chunking: ChunkingConfig
     data_dir: Path
-    inline_max_documents: int = 8
-    use_ray: bool = True
-    ray_address: str | None = None
-    embed_actors: int = 2
-    embed_batch: int = 32
-    batch_documents: int = 8
-    embedding: EmbeddingSpec | None = None  # how Ray actors build their embedder
+    inline_max_documents: int
+    use_ray: bool
+    ray_address: str | None
+    embed_actors: int
+    embed_batch: int
+    embedding: EmbeddingSpec  # how Ray actors build their embedder
+    batch_documents: int = 8  # documents per commit batch; not a setting
 
 
 class IngestRunner:
@@ -106,13 +106,13 @@ class IngestRunner:
             if job is None:
                 return None
             ctx = JobContext(
-                job_id,
-                job.tenant_id,
-                self.config.conninfo,
-                self.config.model_name,
-                self.config.chunking,
-                self.config.batch_documents,
-                self.config.embedding,
+                job_id=job_id,
+                tenant_id=job.tenant_id,
+                conninfo=self.config.conninfo,
+                model_name=self.config.model_name,
+                chunking=self.config.chunking,
+                batch_documents=self.config.batch_documents,
+                embedding=self.config.embedding,
             )
             error = None
             try:

@@ -21,11 +21,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class MaintenancePolicy:
-    alias: str = "live"
-    interval_seconds: float = 300.0
-    tombstone_ratio: float = 0.2
-    delta_chunks: int = 50_000
-    gc_grace_seconds: int = 3600
+    alias: str
+    interval_seconds: float
+    tombstone_ratio: float
+    delta_chunks: int
+    gc_grace_seconds: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,15 @@ parameters.
 """
 
 from wiring.embedding import embedding_spec
-from wiring.index import maintenance_scheduler, rebuild_config
+from wiring.index import dense_params, lexical_tokenizer, maintenance_scheduler, rebuild_config
 from wiring.ingest import make_runner
 from wiring.search import build_reranker, build_search_service
 
 __all__ = [
     "build_reranker",
     "build_search_service",
+    "dense_params",
+    "lexical_tokenizer",
     "embedding_spec",
     "maintenance_scheduler",
     "make_runner",

@@ -8,6 +8,9 @@ from index.tokenize import Tokenizer
 from jobs.rebuild_job import RebuildConfig
 from jobs.scheduler import MaintenancePolicy, MaintenanceScheduler
 
+# The alias serving nodes load and maintenance rebuilds into.
+LIVE_ALIAS = "live"
+
 
 def lexical_tokenizer(settings: Settings) -> Tokenizer:
     """The BM25 tokenizer; builds and queries must use the same one."""
@@ -48,6 +51,7 @@ def rebuild_config(settings: Settings, shards: int | None = None) -> RebuildConf
 def maintenance_policy(settings: Settings) -> MaintenancePolicy:
     ix = settings.index
     return MaintenancePolicy(
+        alias=LIVE_ALIAS,
         interval_seconds=ix.maintenance_seconds,
         tombstone_ratio=ix.rebuild_tombstone_ratio,
         delta_chunks=ix.rebuild_delta_chunks,

@@ -9,21 +9,28 @@ from jobs.runner import IngestRunner, RunnerConfig
 from wiring.embedding import embedding_spec
 
 
-def make_runner(
-    settings: Settings, url: str, *, use_ray: bool = True, embedder: Embedder | None = None
-) -> IngestRunner:
-    """A runner for jobs in the catalog at ``url``; ``embedder`` reuses a loaded model."""
-    spec = embedding_spec(settings)
-    config = RunnerConfig(
+def chunking_config(settings: Settings) -> ChunkingConfig:
+    return ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap)
+
+
+def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> RunnerConfig:
+    return RunnerConfig(
         conninfo=url,
         model_name=settings.embedding_model,
-        chunking=ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap),
+        chunking=chunking_config(settings),
         data_dir=settings.data_dir,
         inline_max_documents=settings.ingest.inline_max_documents,
         use_ray=use_ray,
         ray_address=settings.ray_address,
         embed_actors=settings.ingest.workers,
         embed_batch=settings.ingest.embed_batch_size,
-        embedding=spec,
+        embedding=embedding_spec(settings),
     )
-    return IngestRunner(config, lambda: embedder or spec.load())
+
+
+def make_runner(
+    settings: Settings, url: str, *, use_ray: bool = True, embedder: Embedder | None = None
+) -> IngestRunner:
+    """A runner for jobs in the catalog at ``url``; ``embedder`` reuses a loaded model."""
+    config = runner_config(settings, url, use_ray=use_ray)
+    return IngestRunner(config, lambda: embedder or config.embedding.load())

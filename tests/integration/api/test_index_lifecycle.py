@@ -7,9 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from catalog import indexes
-from index.faiss_shards import DenseParams
 from jobs.index_verify import reconcile
-from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
+from jobs.rebuild_job import rebuild, rebuild_advice
+from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
 
 pytestmark = pytest.mark.integration
@@ -57,11 +57,11 @@ def test_rebuild_swap_tombstones_and_corrupt_version(
             for i, t in enumerate(TOPICS)
         ],
     )
-    config = RebuildConfig(
+    config = factories.rebuild(
         index_root=tmp_path / "indexes",
         model_name="bundled:all-MiniLM-L6-v2",
         n_shards=2,
-        dense=DenseParams(kind="hnsw", hnsw_m=8, ef_construction=40),
+        dense_overrides={"hnsw_m": 8, "ef_construction": 40},
         flat_max_vectors=2,
     )
     v1 = rebuild(db_url, config)

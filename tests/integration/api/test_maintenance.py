@@ -8,9 +8,8 @@ from fastapi.testclient import TestClient
 
 from catalog import indexes
 from catalog.maintenance import SCHEDULER_LOCK
-from index.faiss_shards import DenseParams
-from jobs.rebuild_job import RebuildConfig
-from jobs.scheduler import MaintenancePolicy, tick
+from jobs.scheduler import tick
+from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
 
 pytestmark = pytest.mark.integration
@@ -31,13 +30,13 @@ def _push(client: TestClient, token: str, n: int, start: int) -> None:
 
 def test_scheduled_rebuild_swap_and_gc(full_client: TestClient, db_url: str, tmp_path: Path) -> None:
     ingest = make_key(db_url, "acme", ["ingest"])
-    config = RebuildConfig(
+    config = factories.rebuild(
         index_root=tmp_path / "idx",
         model_name="bundled:all-MiniLM-L6-v2",
         n_shards=2,
-        dense=DenseParams(kind="flat"),
+        force_kind="flat",
     )
-    policy = MaintenancePolicy(delta_chunks=3, tombstone_ratio=0.5, gc_grace_seconds=0)
+    policy = factories.policy(delta_chunks=3, tombstone_ratio=0.5, gc_grace_seconds=0)
     _push(full_client, ingest, 4, 0)
     first = tick(db_url, config, policy)
     assert first.ran and first.rebuilt and first.reasons == ("no index version yet",)

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from catalog import indexes
-from index.faiss_shards import DenseParams
-from jobs.rebuild_job import RebuildConfig, rebuild
+from jobs.rebuild_job import rebuild
+from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,11 +41,11 @@ def test_swaps_under_concurrent_load(full_client: TestClient, db_url: str, tmp_p
         "/v1/documents", json={"documents": docs}, headers={"Authorization": f"Bearer {ingest}"}
     )
     assert wait_job(full_client, ingest, job.json()["job_id"])["state"] == "succeeded"
-    config = RebuildConfig(
+    config = factories.rebuild(
         index_root=tmp_path / "idx",
         model_name="bundled:all-MiniLM-L6-v2",
         n_shards=2,
-        dense=DenseParams(kind="hnsw", hnsw_m=8, ef_construction=32),
+        dense_overrides={"hnsw_m": 8, "ef_construction": 32},
         flat_max_vectors=4,
     )
     versions = {}

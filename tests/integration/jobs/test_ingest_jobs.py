@@ -14,8 +14,8 @@ from catalog import jobs as jobs_repo
 from catalog.jobs import NewItem
 from catalog.principals import ensure_tenant
 from core.records import Acl
-from ingest.pipeline import ChunkingConfig
-from jobs.runner import IngestRunner, RunnerConfig
+from jobs.runner import IngestRunner
+from tests import factories
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,15 +63,15 @@ def test_ray_pipeline_ingests_every_document_once(db_url: str, tmp_path: Path, r
         ]
         items.append(NewItem(external_id="broken", mime_type="application/pdf", payload=b"%PDF-1.4 garbage"))
         job_id = jobs_repo.create_job(conn, tenant_id="raytenant", kind="ingest", items=items)
-    config = RunnerConfig(
+    config = factories.runner(
         conninfo=db_url,
         model_name="bundled:all-MiniLM-L6-v2",
-        chunking=ChunkingConfig(),
         data_dir=tmp_path,
         inline_max_documents=0,
         use_ray=True,
         embed_actors=2,
         batch_documents=4,
+        embedding=factories.embedding(backend="torch"),  # no ONNX export in the test
     )
     runner = IngestRunner(config, lambda: pytest.fail("the Ray path must not load an in-process embedder"))
     assert runner.run_job(job_id) == "partially_failed"

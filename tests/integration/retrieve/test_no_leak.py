@@ -22,11 +22,10 @@ from catalog import principals as principals_repo
 from catalog.jobs import NewItem
 from core.records import Acl
 from core.settings import Settings
-from index.faiss_shards import DenseParams
-from ingest.pipeline import ChunkingConfig
-from jobs.rebuild_job import RebuildConfig, rebuild
-from jobs.runner import IngestRunner, RunnerConfig
+from jobs.rebuild_job import rebuild
+from jobs.runner import IngestRunner
 from retrieve.service import RetrieveRequest
+from tests import factories
 from tests.conftest import truncate_all
 from wiring import build_search_service
 
@@ -81,10 +80,10 @@ class NoLeak(RuleBasedStateMachine):
         self.pool = ConnectionPool(w["url"], min_size=1, max_size=4, open=True)
         self.service, self.close = build_search_service(self.settings, self.pool, w["embedder"], watch=False)
         self.runner = IngestRunner(
-            RunnerConfig(
+            factories.runner(
                 conninfo=w["url"],
                 model_name=self.settings.embedding_model,
-                chunking=ChunkingConfig(64, 8),
+                chunking=factories.chunking(chunk_tokens=64, overlap_tokens=8),
                 data_dir=w["tmp"],
                 use_ray=False,
             ),
@@ -173,11 +172,11 @@ class NoLeak(RuleBasedStateMachine):
 
     @rule()
     def rebuild_and_swap(self) -> None:
-        config = RebuildConfig(
+        config = factories.rebuild(
             index_root=self.world["tmp"] / "indexes",
             model_name=self.settings.embedding_model,
             n_shards=2,
-            dense=DenseParams(kind="hnsw", hnsw_m=8, ef_construction=32),
+            dense_overrides={"hnsw_m": 8, "ef_construction": 32},
             flat_max_vectors=4,
         )
         try:

@@ -6,7 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
-from index.faiss_shards import DenseParams
+from tests.factories import dense
 
 # The CI box has 2 shared cores: one OpenMP thread keeps timings and HNSW builds stable.
 faiss.omp_set_num_threads(1)
@@ -16,9 +16,9 @@ N = 3000
 
 # Forced parameters so IVF-PQ really trains on a small corpus (16 lists, 64 codes).
 KIND_PARAMS = {
-    "flat": DenseParams(kind="flat"),
-    "hnsw": DenseParams(kind="hnsw", hnsw_m=16, ef_construction=80, ef_search=64),
-    "ivfpq": DenseParams(kind="ivfpq", nlist=16, nprobe=8, pq_m=8, pq_nbits=6, refine=True, refine_factor=8),
+    "flat": dense(kind="flat"),
+    "hnsw": dense(kind="hnsw", hnsw_m=16, ef_construction=80, ef_search=64),
+    "ivfpq": dense(kind="ivfpq", nlist=16, nprobe=8, pq_m=8, pq_nbits=6, refine=True, refine_factor=8),
 }
 # Unfiltered recall@10 each kind must reach against exact search.
 MIN_RECALL = {"flat": 1.0, "hnsw": 0.9, "ivfpq": 0.8}

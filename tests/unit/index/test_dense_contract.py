@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from core.errors import IndexIntegrityError, InvalidInputError
-from index.faiss_shards import DenseParams, DenseShard, choose_kind, exact_search, nearest_divisor
+from index.faiss_shards import DenseShard, choose_kind, exact_search, nearest_divisor
+from tests.factories import dense
 from tests.unit.index.conftest import DIM, KIND_PARAMS, MIN_RECALL, N, clustered, recall
 
 STRATEGIES = ("exact", "filtered", "overfetch", "unfiltered")
@@ -109,7 +110,7 @@ def test_ivfpq_falls_back_when_too_small_to_train(corpus: np.ndarray) -> None:
 
 
 def test_ivfpq_pq_m_snaps_to_a_divisor(corpus: np.ndarray) -> None:
-    params = DenseParams(kind="ivfpq", nlist=16, pq_m=7, pq_nbits=6)
+    params = dense(kind="ivfpq", nlist=16, pq_m=7, pq_nbits=6)
     assert DenseShard.build(corpus, np.arange(N), params).params.pq_m == nearest_divisor(DIM, 7) == 8
 
 

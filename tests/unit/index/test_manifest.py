@@ -10,7 +10,6 @@ import pytest
 
 from core.errors import ConflictError, IndexIntegrityError
 from index.builder import assign_shards, auto_params, build_version, load_version
-from index.faiss_shards import DenseParams
 from index.manifest import (
     MANIFEST_FILE,
     VersionContents,
@@ -20,6 +19,7 @@ from index.manifest import (
     write_version,
 )
 from index.tokenize import Tokenizer
+from tests.factories import dense
 from tests.unit.index.conftest import clustered
 
 N, DIM = 600, 16
@@ -38,7 +38,7 @@ def _build(root: Path, version_id: str = "v1", n_shards: int = 3) -> Path:
         vectors=clustered(N, DIM, seed=3),
         n_shards=n_shards,
         shard_by="document",
-        dense_params_for=auto_params(DenseParams(hnsw_m=8), flat_max=150, ivfpq_min=10**9),
+        dense_params_for=auto_params(dense(hnsw_m=8), flat_max=150, ivfpq_min=10**9),
         tokenizer=Tokenizer(),
         model_name="test-model",
         catalog_position=1234,

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.faiss_shards import DenseKind, DenseParams, DenseShard, exact_search
+from index.faiss_shards import DenseKind, DenseShard, exact_search
 from retrieve.planner import SearchPlan, plan_search, search_shard
+from tests.factories import dense
 
 faiss.omp_set_num_threads(1)
 N, DIM = 4000, 32
@@ -51,7 +52,7 @@ def corpus() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def shard(corpus: np.ndarray) -> DenseShard:
-    return DenseShard.build(corpus, np.arange(N), DenseParams(kind="hnsw", hnsw_m=16, ef_construction=80))
+    return DenseShard.build(corpus, np.arange(N), dense(kind="hnsw", hnsw_m=16, ef_construction=80))
 
 
 def test_strategy_choice_by_selectivity() -> None:
