@@ -9,6 +9,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from cli.output import add_json_flag, print_json, print_rows
 from core.settings import Settings, get_settings
 
@@ -39,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("job_id", type=uuid.UUID)
     add_json_flag(show)
     show.set_defaults(handler=_jobs_show)
+    due = jsub.add_parser("run-due", help="run the schedules that are due now (for an external cron)")
+    add_json_flag(due)
+    due.set_defaults(handler=_jobs_run_due)
     for name, handler in (("resume", _jobs_resume), ("cancel", _jobs_cancel)):
         p = jsub.add_parser(name)
         p.add_argument("job_id", type=uuid.UUID)
@@ -233,3 +238,27 @@ def _jobs_cancel(args: argparse.Namespace) -> int:
         return 1
     print(f"cancel requested: job {job.job_id} is {job.state}")
     return 0
+
+
+def _jobs_run_due(args: argparse.Namespace) -> int:
+    """Run due schedules under the maintenance lock, so a server's loop and this never overlap."""
+    from datetime import UTC, datetime
+
+    from catalog import maintenance
+    from jobs.schedules import run_due
+    from wiring.index import schedule_runners
+
+    settings = get_settings()
+    url = _url(settings)
+    with (
+        psycopg.connect(url, autocommit=True) as conn,
+        maintenance.try_advisory_lock(conn, maintenance.SCHEDULER_LOCK) as held,
+    ):
+        if not held:
+            print("another process is running maintenance; nothing run", file=sys.stderr)
+            ran = []
+        else:
+            ran = run_due(conn, now=datetime.now(UTC), runners=schedule_runners(settings, url))
+    rows = [{"schedule_id": r.schedule_id, "job": r.job, "result": r.result} for r in ran]
+    print_rows(rows, ("schedule_id", "job", "result"), as_json=args.json, title="due schedules")
+    return 1 if any(r.result.startswith("failed") for r in ran) else 0
