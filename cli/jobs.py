@@ -11,8 +11,12 @@ from typing import Any
 
 import psycopg
 
+from catalog.jobs import NewItem
 from cli.output import add_json_flag, print_json, print_rows
+from core.records import Acl
 from core.settings import Settings, get_settings
+from core.validation import acl_principal, metadata_pair
+from ingest.files import MIME_BY_SUFFIX, walk
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,17 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 EXIT_PARTIALLY_FAILED = 3
 
 
-def _acl(principals: list[str], public: bool) -> Any:
-    from core.records import Acl
-    from core.validation import acl_principal
-
+def _acl(principals: list[str], public: bool) -> Acl:
     return Acl(tuple(sorted({acl_principal(p) for p in principals})), public)
 
 
-def _items(args: argparse.Namespace) -> list[Any]:
-    from catalog.jobs import NewItem
-    from core.validation import metadata_pair
-    from ingest.files import MIME_BY_SUFFIX, walk
+def _items(args: argparse.Namespace) -> list[NewItem]:
 
     meta = dict(metadata_pair(kv) for kv in args.metadata)
     mapping: dict[str, Any] = json.loads(args.acl_map.read_text()) if args.acl_map else {}
