@@ -89,7 +89,9 @@ def test_every_method_against_a_real_server(live_server: LiveServer, tmp_path: P
         "demo", ConnectorStateUpdate(cursor="c1", set_documents={"a": "f1", "b": "f2"})
     )
     assert (saved.cursor, saved.documents) == ("c1", 2)
-    ingest.save_connector_state("demo", ConnectorStateUpdate(remove_documents=["a"], set_groups={"user:x": "g"}))
+    ingest.save_connector_state(
+        "demo", ConnectorStateUpdate(remove_documents=["a"], set_groups={"user:x": "g"})
+    )
     state = ingest.connector_state("demo")
     assert (state.cursor, state.documents, state.groups) == ("c1", {"b": "f2"}, {"user:x": "g"})
     assert ingest.reset_connector_state("demo").documents == {}

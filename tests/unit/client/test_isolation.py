@@ -14,7 +14,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 PACKAGE = REPO / "ragline_client"
-SERVER_PACKAGES = ("core", "catalog", "ingest", "index", "retrieve", "rerank", "authz", "jobs", "wiring", "api")
+SERVER_PACKAGES = (
+    "core",
+    "catalog",
+    "ingest",
+    "index",
+    "retrieve",
+    "rerank",
+    "authz",
+    "jobs",
+    "wiring",
+    "api",
+)
 HEAVY = ("torch", "faiss", "ray", "numpy", "sentence_transformers", "fitz", "psycopg", "fastapi", "starlette")
 
 

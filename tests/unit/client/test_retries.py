@@ -9,10 +9,10 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from email.utils import format_datetime
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -76,7 +76,7 @@ def _serve(script: Script, port: int = 0) -> ThreadingHTTPServer:
 
 
 @pytest.fixture
-def scripted() -> Iterator[callable]:  # type: ignore[valid-type]
+def scripted() -> Iterator[Callable[..., tuple[str, Script]]]:
     servers: list[ThreadingHTTPServer] = []
 
     def start(*replies: Reply) -> tuple[str, Script]:
@@ -94,7 +94,7 @@ def _error(code: str, rid: str = "rid-1") -> dict:
     return {"error": {"code": code, "message": f"{code} happened", "request_id": rid}}
 
 
-def test_429_then_200_waits_what_retry_after_asks(scripted) -> None:  # type: ignore[no-untyped-def]
+def test_429_then_200_waits_what_retry_after_asks(scripted: Callable[..., tuple[str, Script]]) -> None:
     url, script = scripted(Reply(429, _error("rate_limited"), {"Retry-After": "1"}), Reply())
     started = time.monotonic()
     assert Client(url, "k", retry=FAST).me().tenant_id == "acme"
@@ -104,7 +104,9 @@ def test_429_then_200_waits_what_retry_after_asks(scripted) -> None:  # type: ig
     assert script.seen[0][1] == script.seen[1][1] != ""  # one request id for the call and its retry
 
 
-def test_503_backs_off_then_succeeds_and_gives_up_after_attempts(scripted) -> None:  # type: ignore[no-untyped-def]
+def test_503_backs_off_then_succeeds_and_gives_up_after_attempts(
+    scripted: Callable[..., tuple[str, Script]],
+) -> None:
     url, script = scripted(Reply(503, _error("unavailable")), Reply(503, _error("unavailable")), Reply())
     assert Client(url, "k", retry=FAST).me().principal_id == "service:test"
     assert len(script.seen) == 3
@@ -137,7 +139,7 @@ def test_connection_refused_then_success() -> None:
     assert exc.value.code == "connection_error" and exc.value.status is None
 
 
-def test_read_timeout_is_reported_not_retried(scripted) -> None:  # type: ignore[no-untyped-def]
+def test_read_timeout_is_reported_not_retried(scripted: Callable[..., tuple[str, Script]]) -> None:
     url, script = scripted(Reply(delay=1.5))
     with pytest.raises(RaglineError) as exc:
         Client(url, "k", timeout=0.3, retry=FAST).me()
@@ -145,7 +147,7 @@ def test_read_timeout_is_reported_not_retried(scripted) -> None:  # type: ignore
     assert len(script.seen) == 1
 
 
-def test_error_bodies_map_to_one_exception(scripted) -> None:  # type: ignore[no-untyped-def]
+def test_error_bodies_map_to_one_exception(scripted: Callable[..., tuple[str, Script]]) -> None:
     url, _ = scripted(Reply(404, _error("not_found", "rid-404")))
     with pytest.raises(RaglineError) as exc:
         Client(url, "k", retry=FAST).job("0b7e3c1a-5f7d-4d8e-9a63-2f4b8c1d9e70")
@@ -159,7 +161,7 @@ def test_error_bodies_map_to_one_exception(scripted) -> None:  # type: ignore[no
     assert len(script.seen) == 1  # a 400 is never retried
 
 
-def test_async_client_retries_the_same_way(scripted) -> None:  # type: ignore[no-untyped-def]
+def test_async_client_retries_the_same_way(scripted: Callable[..., tuple[str, Script]]) -> None:
     url, script = scripted(Reply(429, _error("rate_limited"), {"Retry-After": "0"}), Reply())
 
     async def call() -> str:
@@ -179,7 +181,9 @@ def test_retry_after_forms() -> None:
 
 def test_batches_respect_count_and_body_size() -> None:
     limits = LimitsOut(max_batch_documents=3, max_body_bytes=1000, max_upload_bytes=10_000)
-    docs = [DocumentIn(external_id=f"d{i}", text="x" * n) for i, n in enumerate([10, 10, 10, 10, 500, 500, 2000])]
+    docs = [
+        DocumentIn(external_id=f"d{i}", text="x" * n) for i, n in enumerate([10, 10, 10, 10, 500, 500, 2000])
+    ]
     encoded = [(d, d.model_dump_json(exclude_defaults=True).encode()) for d in docs]
     batches, too_large = plan_batches(encoded, limits)
     assert batches == [[0, 1, 2], [3, 4], [5]]
