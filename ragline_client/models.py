@@ -457,7 +457,7 @@ class ConnectorStateOut(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "connector": "fs:/srv/share",
+                    "connector": "fs-share-1c3e9f2a",
                     "tenant_id": "acme",
                     "cursor": "2026-01-05T09:12:03+00:00",
                     "documents": {"handbook.pdf": "sha256:9f2d...|acl:1c3e..."},
@@ -490,6 +490,21 @@ class ConnectorStateUpdate(Strict):
 
 
 class ConnectorStateSaved(BaseModel):
+    """The state after a merge: its cursor and how many items it now records."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "connector": "fs-share-1c3e9f2a",
+                    "cursor": None,
+                    "documents": 412,
+                    "groups": 0,
+                    "updated_at": "2026-01-05T09:12:05.716002+00:00",
+                }
+            ]
+        }
+    )
     connector: str
     cursor: str | None
     documents: int

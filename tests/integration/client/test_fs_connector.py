@@ -204,3 +204,20 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=30)
     assert watch.returncode == 0, watch.stderr.read()[-2000:]
+
+
+def test_readme_connector_example_runs(live_server: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """The "Writing a connector" example in README.md, run as written against the server."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Writing a connector", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    pages = {
+        "a": ("# Alpha\n\nThe alpha runbook.", ["group:eng"]),
+        "b": ("# Beta\n\nBeta notes.", ["user:x"]),
+    }
+    code = code.replace("http://localhost:8000", live_server.url)
+    exec(
+        compile(code, "README.md", "exec"),
+        {"fetch_pages": lambda: pages, "ingest_key": live_server.key("ingest")},
+    )
+    assert "{'pushed': 2, 'unchanged': 0, 'deleted': 0, 'failed': 0}" in capsys.readouterr().out
