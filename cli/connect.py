@@ -1,4 +1,5 @@
-"""``ragline connect fs PATH``: the filesystem connector, an incremental sync over the client.
+"""``ragline connect fs PATH`` and ``ragline connect sitemap URL``: incremental syncs over the
+client, on the connector kit (``ragline_client.connector``).
 
 It walks a tree (PDF, HTML, Markdown, text), pushes files that are new or whose content
 changed, updates ACLs that alone changed, deletes documents whose files disappeared, and
@@ -24,11 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from cli.output import add_json_flag
 from core.errors import InvalidInputError
+from core.validation import acl_principal
 from ingest.files import MIME_BY_SUFFIX, walk
 from ragline_client import AclIn, Client, Connector, DocumentIn, FileDocument, Item, Listing, RaglineError
 from ragline_client.connector import Syncer, SyncReport
+from ragline_client.sitemap import SitemapConnector, SitemapError
 
 # Files above this go as streamed uploads, not base64 inside a JSON batch (which grows them
 # by a third and must fit the server's body limit with the rest of the batch).
@@ -38,14 +43,16 @@ INLINE_MAX_BYTES = 1024 * 1024
 def register(sub: argparse._SubParsersAction) -> None:
     connect = sub.add_parser("connect", help="sync a source into a ragline server")
     csub = connect.add_subparsers(dest="connector", required=True)
+    epilog = (
+        " Exit codes: 0 all synced, 3 some items failed (run again to retry them),"
+        " 2 invalid arguments or a server error."
+    )
     fs = csub.add_parser(
         "fs",
         help="sync a directory tree: push new and changed files, delete vanished ones",
-        description="Incremental filesystem sync through the API. Exit codes: 0 all synced,"
-        " 3 some files failed (run again to retry them), 2 invalid arguments or a server error.",
+        description="Incremental filesystem sync through the API." + epilog,
     )
     fs.add_argument("path", type=Path)
-    fs.add_argument("--tenant", required=True, help="must be the tenant of the API key")
     acl = fs.add_mutually_exclusive_group(required=True)
     acl.add_argument(
         "--acl-map",
@@ -55,13 +62,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     acl.add_argument(
         "--posix-acl", action="store_true", help="readers from the file's owner, group (g+r) and o+r (public)"
     )
-    fs.add_argument("--name", help="the connector's name for its sync state (default: fs-<dir>-<hash>)")
-    fs.add_argument("--url", default=os.environ.get("RAGLINE_API_URL"), help="default: $RAGLINE_API_URL")
-    fs.add_argument("--key", default=os.environ.get("RAGLINE_API_KEY"), help="default: $RAGLINE_API_KEY")
     fs.add_argument("--watch", action="store_true", help="keep syncing on every change under PATH")
-    fs.add_argument("--no-wait", action="store_true", help="record files once accepted, not once ingested")
-    add_json_flag(fs)
+    _common(fs, "fs-<dir>-<hash>")
     fs.set_defaults(handler=_fs)
+    site = csub.add_parser(
+        "sitemap",
+        help="sync the pages a sitemap lists: push new and changed, delete dropped ones",
+        description="Incremental sync of a site's sitemap.xml (pages with <lastmod> are not"
+        " fetched unless it changed)." + epilog,
+    )
+    site.add_argument("sitemap_url")
+    readers = site.add_mutually_exclusive_group(required=True)
+    readers.add_argument("--acl", help="comma-separated readers of every page, e.g. group:eng,user:bob")
+    readers.add_argument("--public", action="store_true", help="every page readable by the whole tenant")
+    _common(site, "sitemap-<host>-<hash>")
+    site.set_defaults(handler=_sitemap)
+
+
+def _common(parser: argparse.ArgumentParser, default_name: str) -> None:
+    parser.add_argument("--tenant", required=True, help="must be the tenant of the API key")
+    parser.add_argument("--name", help=f"the connector's name for its sync state (default: {default_name})")
+    parser.add_argument("--url", default=os.environ.get("RAGLINE_API_URL"), help="default: $RAGLINE_API_URL")
+    parser.add_argument("--key", default=os.environ.get("RAGLINE_API_KEY"), help="default: $RAGLINE_API_KEY")
+    parser.add_argument(
+        "--no-wait", action="store_true", help="record items once accepted, not once ingested"
+    )
+    add_json_flag(parser)
 
 
 EXIT_SOME_FAILED = 3
@@ -174,19 +200,40 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def _state_name(kind: str, label: str, identity: str) -> str:
+    stem = "".join(c if c.isalnum() or c in "_.-" else "-" for c in label)[:40] or "root"
+    return f"{kind}-{stem}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
+
+
 def default_name(root: Path) -> str:
     resolved = root.resolve()
-    stem = "".join(c if c.isalnum() or c in "_.-" else "-" for c in resolved.name)[:40] or "root"
-    return f"fs-{stem}-{hashlib.sha256(str(resolved).encode()).hexdigest()[:8]}"
+    return _state_name("fs", resolved.name, str(resolved))
 
 
 def _fs(args: argparse.Namespace) -> int:
-    if not args.url or not args.key:
-        raise InvalidInputError("give --url and --key (or RAGLINE_API_URL and RAGLINE_API_KEY)")
     if not args.path.is_dir():
         raise InvalidInputError(f"{args.path} is not a directory")
     acl_map = AclMap.load(args.acl_map) if args.acl_map else None
     connector = FsConnector(args.path, name=args.name or default_name(args.path), acl_map=acl_map)
+    return _connect(args, connector, watch=args.path if args.watch else None)
+
+
+def _sitemap(args: argparse.Namespace) -> int:
+    principals = sorted({acl_principal(p.strip()) for p in (args.acl or "").split(",") if p.strip()})
+    if not args.public and not principals:
+        raise InvalidInputError("--acl names no reader")
+    name = args.name or _state_name("sitemap", httpx.URL(args.sitemap_url).host, args.sitemap_url)
+    with httpx.Client(timeout=30.0, follow_redirects=True) as http:
+        connector = SitemapConnector(
+            args.sitemap_url, name=name, acl=AclIn(principals=principals, public=args.public), http=http
+        )
+        return _connect(args, connector, watch=None)
+
+
+def _connect(args: argparse.Namespace, connector: Connector, *, watch: Path | None) -> int:
+    """Check the key's tenant, sync once, then (``watch``) again on every change under it."""
+    if not args.url or not args.key:
+        raise InvalidInputError("give --url and --key (or RAGLINE_API_URL and RAGLINE_API_KEY)")
     try:
         with Client(args.url, args.key) as client:
             me = client.me()
@@ -196,9 +243,10 @@ def _fs(args: argparse.Namespace) -> int:
                 )
             syncer = Syncer(client, connector, wait=not args.no_wait)
             report = _sync_once(syncer, as_json=args.json)
-            if args.watch:
-                report = _watch(syncer, args.path, as_json=args.json)
-    except RaglineError as exc:
+            if watch is not None:
+                report = _watch(syncer, watch, as_json=args.json)
+    except (RaglineError, SitemapError, httpx.HTTPError) as exc:
+        # A server or a source (a sitemap) that cannot be read: a clear error, not a traceback.
         print(f"ragline: error: {exc}", file=sys.stderr)
         return 2
     return EXIT_SOME_FAILED if report.failed else 0
