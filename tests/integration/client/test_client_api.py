@@ -94,6 +94,8 @@ def test_every_method_against_a_real_server(live_server: LiveServer, tmp_path: P
     )
     state = ingest.connector_state("demo")
     assert (state.cursor, state.documents, state.groups) == ("c1", {"b": "f2"}, {"user:x": "g"})
+    other_tenant = Client(live_server.url, live_server.key("ingest", tenant="globex"))
+    assert other_tenant.connector_state("demo").documents == {}  # state is per tenant, from the key
     assert ingest.reset_connector_state("demo").documents == {}
     assert ingest.connector_state("demo").cursor is None
 

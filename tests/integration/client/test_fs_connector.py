@@ -13,10 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from cli.connect import AclMap, FsConnector, posix_rule
-from ragline_client import Client, DocumentIn, FileDocument, Item, Syncer
+from ragline_client import Client, Connector, DocumentIn, FileDocument, Item, Listing, Syncer
 from ragline_client.models import ConnectorStateSaved, ConnectorStateUpdate
 from tests.integration.client.conftest import CountingTransport, LiveServer
 
@@ -221,3 +222,51 @@ def test_readme_connector_example_runs(live_server: LiveServer, capsys: pytest.C
         {"fetch_pages": lambda: pages, "ingest_key": live_server.key("ingest")},
     )
     assert "{'pushed': 2, 'unchanged': 0, 'deleted': 0, 'failed': 0}" in capsys.readouterr().out
+
+
+def test_large_files_go_as_uploads(
+    live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cli.connect.INLINE_MAX_BYTES", 10)
+    root = _tree(tmp_path / "share")
+    transport = CountingTransport()
+    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
+    report = Syncer(client, FsConnector(root, name="fs-up", acl_map=_map(tmp_path))).run()
+    assert report.summary() == {"pushed": 4, "unchanged": 0, "deleted": 0, "failed": 0}
+    assert transport.sent.count("POST /v1/documents:upload") == 4
+    assert "POST /v1/documents" not in transport.sent
+
+
+class _Directory(Connector):
+    """A source of group memberships only (a directory service)."""
+
+    name = "directory"
+
+    def __init__(self, members: dict[str, list[str]]) -> None:
+        self.members = members
+
+    def list_items(self, cursor: str | None) -> Listing:
+        return Listing(items=[], cursor="dir-cursor-1")
+
+    def load(self, item: Item) -> DocumentIn:
+        raise AssertionError("a directory has no documents")
+
+    def groups(self) -> dict[str, list[str]]:
+        return self.members
+
+
+def test_groups_sync_incrementally(live_server: LiveServer) -> None:
+    transport = CountingTransport()
+    client = Client(live_server.url, live_server.key("ingest", "admin"), transport=transport)
+    directory = _Directory({"user:ann": ["group:hr"], "user:bob": ["group:eng", "group:sre"]})
+    assert Syncer(client, directory).run().groups_synced == 2
+    transport.sent.clear()
+    assert Syncer(client, directory).run().groups_synced == 0
+    assert [s for s in transport.writes() if "/principals/" in s] == []
+    directory.members = {"user:ann": ["group:hr", "group:eng"]}  # bob left the directory
+    assert Syncer(client, directory).run().groups_synced == 2
+    state = client.connector_state("directory")
+    assert set(state.groups) == {"user:ann"} and state.cursor == "dir-cursor-1"
+    with psycopg.connect(live_server.db_url) as conn:
+        rows = conn.execute("SELECT principal_id, group_id FROM group_members ORDER BY 1, 2").fetchall()
+    assert rows == [("user:ann", "group:eng"), ("user:ann", "group:hr")]

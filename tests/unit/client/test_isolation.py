@@ -101,3 +101,17 @@ def test_imports_and_runs_without_torch_faiss_ray_or_the_server() -> None:
     loaded = set(result["modules"])
     assert not loaded & set(HEAVY + SERVER_PACKAGES), sorted(loaded & set(HEAVY + SERVER_PACKAGES))
     assert {"ragline_client", "httpx", "pydantic", "tenacity"} <= loaded
+
+
+def test_server_answers_with_the_clients_models() -> None:
+    """One definition, not two copies: every wire model the server declares is the client's."""
+    import api.errors
+    import api.schemas
+    from ragline_client import models
+
+    shared = [n for n in api.schemas.__all__ if hasattr(models, n)]
+    assert {"DocumentIn", "PushResponse", "JobOut", "RetrieveOut", "ConnectorStateOut", "MeOut"} <= set(
+        shared
+    )
+    assert all(getattr(api.schemas, n) is getattr(models, n) for n in shared)
+    assert api.errors.ErrorBody is models.ErrorBody
