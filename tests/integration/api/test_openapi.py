@@ -30,6 +30,10 @@ ERROR_STATUSES = {
     ("/v1/jobs", "get"): {"401", "403", "422"},
     ("/v1/jobs/{job_id}:cancel", "post"): {"401", "403", "404", "422"},
     ("/v1/retrieve", "post"): {"401", "403", "413", "422", "503"},
+    ("/v1/me", "get"): {"401"},
+    ("/v1/connectors/{connector}/state", "get"): {"401", "403", "422"},
+    ("/v1/connectors/{connector}/state", "patch"): {"401", "403", "413", "422"},
+    ("/v1/connectors/{connector}/state", "delete"): {"401", "403", "422"},
 }
 
 
