@@ -1,4 +1,5 @@
-"""Scheduled index maintenance: rebuild when thresholds pass, swap ``live``, collect garbage.
+"""Scheduled maintenance: rebuild when thresholds pass, swap ``live``, collect garbage (index
+versions past their grace, audit entries past the retention).
 
 Runs as a background thread in each API process; a PostgreSQL advisory lock makes exactly
 one replica do the work per tick, so several replicas can run it safely.
@@ -26,6 +27,7 @@ class MaintenancePolicy:
     tombstone_ratio: float
     delta_chunks: int
     gc_grace_seconds: int
+    audit_retention_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,7 @@ class TickResult:
     rebuilt: str | None
     reasons: tuple[str, ...]
     collected: tuple[str, ...]
+    audit_removed: int = 0  # audit entries past the retention, deleted this tick
 
 
 def tick(conninfo: str, config: RebuildConfig, policy: MaintenancePolicy) -> TickResult:
@@ -75,7 +78,10 @@ def _maintain(
         shutil.rmtree(version.path, ignore_errors=True)
         indexes.retire(conn, version_id=version.version_id)
         collected.append(version.version_id)
-    return TickResult(True, built, advice.reasons, tuple(collected))
+    removed = audit.collect_garbage(conn, retention_seconds=policy.audit_retention_seconds)
+    if removed:
+        log.info("audit retention: removed %d entries", removed)
+    return TickResult(True, built, advice.reasons, tuple(collected), removed)
 
 
 class MaintenanceScheduler:
