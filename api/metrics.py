@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import Response
@@ -27,6 +27,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from catalog import changes as changes_repo
 from catalog import jobs as jobs_repo
 from core import metrics
+
+if TYPE_CHECKING:  # the foundation app does not import the search stack
+    from api.observe import RetrieveObserver
+    from retrieve.service import SearchService
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,7 @@ class StateCollector(Collector):
         yield from self._queues(search, getattr(state, "observer", None))
         yield from self._catalog(search)
 
-    def _serving(self, search: Any) -> Iterator[Metric]:
+    def _serving(self, search: SearchService) -> Iterator[Metric]:
         snap = search.state.current
         version = GaugeMetricFamily(
             "ragline_index_version_info",
@@ -99,22 +103,23 @@ class StateCollector(Collector):
         delta.add_metric([], float(snap.delta.size))
         yield from (version, model, vectors, hidden, delta)
 
-    def _queues(self, search: Any, observer: Any) -> Iterator[Metric]:
+    def _queues(self, search: SearchService | None, observer: RetrieveObserver | None) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
             "ragline_batch_queue_depth", "Items waiting for a micro-batch, by batcher.", labels=["batcher"]
         )
         if search is not None:
             depth.add_metric(["embed"], float(search.embedder.queue_depth))
-            if search.reranker is not None:
-                depth.add_metric(["rerank"], float(search.reranker.queue_depth))
+            rerank_depth = getattr(search.reranker, "queue_depth", None)  # a batching reranker
+            if isinstance(rerank_depth, int):
+                depth.add_metric(["rerank"], float(rerank_depth))
         yield depth
-        audit = getattr(observer, "audit", None)
+        audit = observer.audit if observer is not None else None
         if audit is not None:
             queued = GaugeMetricFamily("ragline_audit_queue_depth", "Audit events waiting to be written.")
             queued.add_metric([], float(audit.queue_depth))
             yield queued
 
-    def _catalog(self, search: Any) -> Iterator[Metric]:
+    def _catalog(self, search: SearchService | None) -> Iterator[Metric]:
         pool = getattr(self.app.state, "read_pool", None)
         if pool is None:
             return
