@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
 from api.services import audit_hook, ingest_hook, search_hook
-from catalog import indexes
+from catalog import changes, indexes
 from cli.main import main
 from core.settings import get_settings
 from jobs.rebuild_job import rebuild
@@ -163,6 +163,14 @@ def test_metrics_move_audit_shows_answers_and_status(
     assert ("ragline_catalog_lag_positions", ()) in after
     assert ("ragline_batch_queue_depth", (("batcher", "embed"),)) in after
     assert _total(after, "ragline_jobs", kind="ingest", state="partially_failed") == 1
+
+    # The lag gauge: with the watcher stopped, a committed change waits for the next request
+    client.app.state.search.watcher.close()  # type: ignore[attr-defined]
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        changes.record_change(conn, tenant_id=TENANT, kind="groups")
+    assert _total(_scrape(client)[1], "ragline_catalog_lag_positions") == 1
+    search("green tea")  # catches the view up before searching
+    assert _total(_scrape(client)[1], "ragline_catalog_lag_positions") == 0
 
     # Nothing that identifies a tenant, principal or key, and no document text
     logs = "\n".join(r.getMessage() for r in caplog.records)
