@@ -14,7 +14,10 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from api.errors import install_error_handlers
+from api.limits import KeyLimiter, KeyLimits
+from api.metrics import MetricsMiddleware, metrics_router
 from api.middleware import RequestContextMiddleware
+from api.observe import ChangeVisibilityProbe, ObserveConfig, RetrieveObserver
 from api.routes import admin, connectors, health
 from api.schemas import RetrieveLimits
 from authz.principals import KeyAuthenticator
@@ -49,6 +52,14 @@ def retrieve_limits(settings: Settings) -> RetrieveLimits:
     )
 
 
+def key_limits(settings: Settings) -> KeyLimits:
+    """Per-key request limits, from the one place their defaults live."""
+    lim = settings.limits
+    return KeyLimits(
+        rate_per_s=lim.rate_per_key, burst=lim.burst_per_key, concurrency=lim.concurrency_per_key
+    )
+
+
 def create_app(
     settings: Settings, *, database_url: str | None = None, hooks: list[ServiceHook] | None = None
 ) -> FastAPI:
@@ -70,6 +81,15 @@ def create_app(
         app.state.auth = KeyAuthenticator(
             app.state.pool, read_pool=app.state.read_pool, ttl_seconds=settings.api.key_cache_seconds
         )
+        probe = ChangeVisibilityProbe(app.state.read_pool)
+        probe.start()
+        app.state.observer = RetrieveObserver(
+            ObserveConfig(
+                tenant_labels=settings.metrics.tenant_labels,
+                store_query_text=settings.audit.store_query_text,
+            ),
+            probe,
+        )
         closers = [hook(app, settings) for hook in service_hooks]
         log.info("ragline API ready")
         try:
@@ -77,6 +97,7 @@ def create_app(
         finally:
             for close in reversed(closers):
                 close()
+            probe.close()
             app.state.read_pool.close()
             app.state.pool.close()
 
@@ -84,7 +105,11 @@ def create_app(
     app.state.settings = settings
     app.state.database_url = url
     install_error_handlers(app)
+    app.state.limiter = KeyLimiter(key_limits(settings))
     app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
+    if settings.metrics.enabled:
+        app.add_middleware(MetricsMiddleware)  # outermost: times the whole request
+        app.include_router(metrics_router(app))
     app.include_router(health.router)
     app.include_router(admin.router)
     app.include_router(connectors.router)
@@ -95,9 +120,9 @@ def create_app(
 
 def default_hooks() -> list[ServiceHook]:
     """The services a full server runs; tests pass their own list to keep start-up light."""
-    from api.services import ingest_hook, maintenance_hook, search_hook
+    from api.services import audit_hook, ingest_hook, maintenance_hook, search_hook
 
-    return [ingest_hook, search_hook, maintenance_hook]
+    return [audit_hook, ingest_hook, search_hook, maintenance_hook]
 
 
 def extra_routers(limits: RetrieveLimits) -> list[APIRouter]:

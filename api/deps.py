@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
+from api.limits import KeyLimiter
 from authz.principals import KeyAuthenticator, Principal
 from core.errors import AuthenticationError
 from core.settings import Settings
@@ -24,12 +25,23 @@ def get_pool(request: Request) -> ConnectionPool:
     return pool
 
 
-async def get_principal(request: Request) -> Principal:
-    """The key's principal: from the TTL cache on the event loop, else read in a worker thread.
+async def get_principal(request: Request) -> AsyncIterator[Principal]:
+    """The key's principal, admitted by the key's limits for the rest of the request.
 
-    Async on purpose: a sync dependency costs a thread-pool round trip per request, and the
-    common case (a cached key) needs no I/O at all.
+    The principal comes from the TTL cache on the event loop, else is read in a worker
+    thread. Async on purpose: a sync dependency costs a thread-pool round trip per request,
+    and the common case (a cached key) needs no I/O at all.
     """
+    principal = await _authenticate(request)
+    limiter: KeyLimiter | None = getattr(request.app.state, "limiter", None)
+    if limiter is None:
+        yield principal
+        return
+    with limiter.admit(principal.key_id):
+        yield principal
+
+
+async def _authenticate(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():

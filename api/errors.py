@@ -15,8 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from core import metrics
 from core.context import request_id_var
-from core.errors import RaglineError
+from core.errors import RaglineError, RateLimitedError
 from ragline_client.models import ErrorBody, ErrorDetail, ValidationIssue
 
 __all__ = ["ErrorBody", "ErrorDetail", "ValidationIssue", "error_responses", "install_error_handlers"]
@@ -35,6 +36,11 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "request body exceeds 8388608 bytes",
     ),
     422: ("The request failed validation.", "invalid_request", "request validation failed"),
+    429: (
+        "The key is over its request rate or concurrency limit; retry after `Retry-After` seconds.",
+        "rate_limited",
+        "this key is over its rate limit (5 requests/s, burst 10)",
+    ),
     503: (
         "A service the request needs is not available.",
         "unavailable",
@@ -59,10 +65,14 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-def _response(status: int, code: str, message: str, **extra: object) -> JSONResponse:
+def _response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: object
+) -> JSONResponse:
+    metrics.ERRORS.labels(code).inc()
     body: dict[str, object] = {"code": code, "message": message, "request_id": request_id_var.get()}
     body.update(extra)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
@@ -71,6 +81,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _domain(_: Request, exc: RaglineError) -> JSONResponse:
         if exc.http_status >= 500:
             log.error("request failed: %s (%s)", exc.code, exc.message)
+        if isinstance(exc, RateLimitedError):
+            return _response(429, exc.code, exc.message, {"Retry-After": str(exc.retry_after_s)})
         return _response(exc.http_status, exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)

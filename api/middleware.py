@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core import metrics
 from core.context import request_id_var
 
 
@@ -88,6 +89,7 @@ class RequestContextMiddleware:
 
     @staticmethod
     async def _refuse(send: Send, rid: str, limit: int) -> None:
+        metrics.ERRORS.labels("payload_too_large").inc()
         body = error_body("payload_too_large", f"request body exceeds {limit} bytes", rid)
         await send(
             {

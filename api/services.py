@@ -7,14 +7,16 @@ from collections.abc import Callable
 
 from fastapi import FastAPI
 
+from api.observe import RetrieveObserver, record_job_outcome
 from core.settings import Settings
 from index.embedder import Embedder
-from wiring import build_search_service, maintenance_scheduler, make_runner
+from wiring import audit_writer, build_search_service, maintenance_scheduler, make_runner
 
 
 def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
     """The background ingestion runner (own embedder, resumes unfinished jobs)."""
     runner = make_runner(settings, app.state.database_url, embedder=embedder)
+    runner.on_finished = record_job_outcome
     runner.start(resume=True)
     app.state.runner = runner
     return runner.close
@@ -33,4 +35,20 @@ def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = No
     """The search service on ``app.state.search``."""
     service, close = build_search_service(settings, app.state.pool, embedder, read_pool=app.state.read_pool)
     app.state.search = service
+    return close
+
+
+def audit_hook(app: FastAPI, settings: Settings) -> Callable[[], None]:
+    """The batch writer of retrieve audits (off when ``audit.retrieves`` is false)."""
+    writer = audit_writer(settings, app.state.pool)
+    if writer is None:
+        return lambda: None
+    writer.start()
+    observer: RetrieveObserver = app.state.observer
+    observer.audit = writer
+
+    def close() -> None:
+        observer.audit = None
+        writer.close()
+
     return close

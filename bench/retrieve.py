@@ -245,11 +245,16 @@ def database(tmp: Path, *, keep: bool = False) -> Iterator[str]:
 
 @contextmanager
 def server(
-    url: str, data_dir: Path, workers: int = 1, rerank: dict[str, str] | None = None
+    url: str,
+    data_dir: Path,
+    workers: int = 1,
+    rerank: dict[str, str] | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, int]]:
     """``ragline serve`` as a subprocess (ingestion in-process); yields (URL, pid).
 
     ``rerank`` holds ``RAGLINE_RERANK__*`` settings (model, candidates, budget); none: no reranker.
+    ``env_extra`` adds other settings (``RAGLINE_AUDIT__RETRIEVES``, ``RAGLINE_LIMITS__*``).
     """
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
@@ -264,6 +269,7 @@ def server(
         TRANSFORMERS_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
     )
+    env.update(env_extra or {})
     log_path = data_dir / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

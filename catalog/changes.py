@@ -7,9 +7,12 @@ it. Call it last in a transaction to keep the lock short.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import psycopg
+from psycopg.rows import class_row
 
 _CHANGE_LOCK = 0x72676C6368616E
 CHANNEL = "ragline_changes"
@@ -26,7 +29,10 @@ class Change:
 def record_change(conn: psycopg.Connection, *, tenant_id: str, kind: str, doc_id: int | None = None) -> int:
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CHANGE_LOCK,))
     row = conn.execute(
-        "INSERT INTO catalog_changes (tenant_id, doc_id, kind) VALUES (%s, %s, %s) RETURNING seq",
+        # clock_timestamp(), not the transaction's start: this runs last, next to the commit,
+        # and freshness latency is measured from it.
+        "INSERT INTO catalog_changes (tenant_id, doc_id, kind, created_at)"
+        " VALUES (%s, %s, %s, clock_timestamp()) RETURNING seq",
         (tenant_id, doc_id, kind),
     ).fetchone()
     if row is None:  # INSERT ... RETURNING always yields a row
@@ -46,6 +52,25 @@ def changes_since(conn: psycopg.Connection, *, position: int, limit: int = 100_0
         (position, limit),
     ).fetchall()
     return [Change(int(r[0]), r[1], r[2], r[3]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeTime:
+    seq: int
+    kind: str
+    created_at: datetime
+
+
+def change_times(
+    conn: psycopg.Connection, *, after: int, upto: int, kinds: Sequence[str], limit: int = 10_000
+) -> list[ChangeTime]:
+    """When the changes in ``(after, upto]`` of ``kinds`` were recorded, oldest first."""
+    with conn.cursor(row_factory=class_row(ChangeTime)) as cur:
+        return cur.execute(
+            "SELECT seq, kind, created_at FROM catalog_changes"
+            " WHERE seq > %s AND seq <= %s AND kind = ANY(%s) ORDER BY seq LIMIT %s",
+            (after, upto, list(kinds), limit),
+        ).fetchall()
 
 
 def listen(conn: psycopg.Connection) -> None:

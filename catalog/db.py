@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from catalog import audit
 from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,13 @@ def apply_migrations(conninfo: str) -> list[int]:
                 conn.execute(
                     "INSERT INTO schema_migrations (number, name, checksum) VALUES (%s, %s, %s)",
                     (migration.number, migration.name, migration.checksum),
+                )
+                audit.record(
+                    conn,
+                    actor="migrations",
+                    action="schema.migrate",
+                    target=f"{migration.number:03d}_{migration.name}",
+                    details={"checksum": migration.checksum},
                 )
                 applied_now.append(migration.number)
                 log.info("applied migration %03d_%s", migration.number, migration.name)

@@ -327,3 +327,19 @@ def unfinished_jobs(conn: psycopg.Connection, *, kind: str = "ingest") -> list[u
         (kind,),
     ).fetchall()
     return [r[0] for r in rows]
+
+
+def count_by_state(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
+    """How many jobs there are per (kind, state)."""
+    rows = conn.execute("SELECT kind, state, count(*) FROM jobs GROUP BY kind, state").fetchall()
+    return {(r[0], r[1]): int(r[2]) for r in rows}
+
+
+def item_failures(conn: psycopg.Connection, *, job_id: uuid.UUID) -> dict[str, int]:
+    """A job's failed items per error code."""
+    rows = conn.execute(
+        "SELECT coalesce(error_code, 'unknown'), count(*) FROM job_items"
+        " WHERE job_id = %s AND state = 'failed' GROUP BY 1",
+        (job_id,),
+    ).fetchall()
+    return {r[0]: int(r[1]) for r in rows}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from core.settings import get_settings
 
@@ -39,5 +40,19 @@ def _serve(args: argparse.Namespace) -> int:
     # resolved URL so none of them tries to start a second local cluster.
     os.environ["RAGLINE_DATABASE_URL"] = url
     get_settings.cache_clear()  # the app factory must see the resolved URL
+    if workers > 1 and settings.metrics.enabled:
+        _multiprocess_metrics(settings.metrics_dir)
     uvicorn.run("api.main:build", factory=True, host=host, port=port, workers=workers, log_level="warning")
     return 0
+
+
+def _multiprocess_metrics(path: Path) -> None:
+    """prometheus-client's multiprocess mode: workers write their samples under ``path``,
+    which ``/metrics`` merges. Set before a worker imports prometheus-client; emptied at
+    start so a previous run's counters do not carry over."""
+    import os
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path.resolve())

@@ -74,6 +74,7 @@ class MicroBatcher(Generic[T, R]):
         thread_name: the worker thread's name.
         drain_on_close: whether :meth:`close` runs what is still waiting (True) or fails it
             with ``UnavailableError`` (False).
+        on_batch: called on the worker thread with each sent batch's size (a metrics hook).
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class MicroBatcher(Generic[T, R]):
         name: str = "batcher",
         thread_name: str = "micro-batcher",
         drain_on_close: bool = False,
+        on_batch: Callable[[int], None] | None = None,
     ) -> None:
         if max_items < 1 or (max_cost is not None and max_cost < 1) or max_wait_s < 0:
             raise ConfigError("batching limits must be positive")
@@ -100,6 +102,7 @@ class MicroBatcher(Generic[T, R]):
         self._closed = False
         self._thread = threading.Thread(target=self._work, name=thread_name, daemon=True)
         self.batches_run = 0  # batches whose function returned
+        self._on_batch = on_batch
 
     def start(self) -> None:
         """Start the worker thread (once)."""
@@ -121,6 +124,11 @@ class MicroBatcher(Generic[T, R]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def queue_depth(self) -> int:
+        """Items waiting for a batch (read without the lock: a gauge, not a decision)."""
+        return len(self._pending)
 
     def submit(
         self, items: Sequence[T], *, costs: Sequence[int] | None = None, deadline: float | None = None
@@ -218,6 +226,8 @@ class MicroBatcher(Generic[T, R]):
         return batch
 
     def _execute(self, batch: list[_Unit[T]]) -> None:
+        if self._on_batch is not None:
+            self._on_batch(len(batch))
         try:
             results = self._run_batch([u.request.items[u.index] for u in batch])
             if len(results) != len(batch):

@@ -68,3 +68,15 @@ class IndexIntegrityError(RaglineError):
     """An index file failed verification (checksum, count, truncated file)."""
 
     code = "index_integrity"
+
+
+class RateLimitedError(RaglineError):
+    """A key is over its request rate or concurrency limit; retry after ``retry_after_s``."""
+
+    code = "rate_limited"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after_s: int, limit: str) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.limit = limit

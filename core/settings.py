@@ -138,6 +138,29 @@ class RerankSettings(Section):
     threads: int = Field(1, ge=1, le=256)
 
 
+class LimitsSettings(BaseModel):
+    """Per API key, per replica (see the README's Limits section). Generous by default."""
+
+    rate_per_key: float = Field(500.0, gt=0.0)  # requests/s, sustained
+    burst_per_key: int = Field(1000, ge=1)  # requests admitted at once above the rate
+    concurrency_per_key: int = Field(64, ge=1)  # requests of one key in flight at once
+
+
+class AuditSettings(BaseModel):
+    retrieves: bool = True  # append every retrieve to the audit log (in batches, off the request path)
+    store_query_text: bool = False  # query text can be sensitive: off unless an operator turns it on
+    retention_days: float = Field(90.0, gt=0.0)
+    batch_size: int = Field(256, ge=1, le=100_000)
+    flush_ms: float = Field(200.0, gt=0.0)
+    queue_size: int = Field(100_000, ge=1)
+
+
+class MetricsSettings(BaseModel):
+    enabled: bool = True
+    # Tenant ids as a label value (one series per tenant): off, since tenants are unbounded.
+    tenant_labels: bool = False
+
+
 class Settings(BaseSettings):
     """All of ragline's configuration. See the README's configuration table."""
 
@@ -161,6 +184,9 @@ class Settings(BaseSettings):
     index: IndexSettings = IndexSettings()
     retrieve: RetrieveSettings = RetrieveSettings()
     rerank: RerankSettings = RerankSettings()
+    limits: LimitsSettings = LimitsSettings()
+    audit: AuditSettings = AuditSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     @field_validator("database_url")
     @classmethod
@@ -180,6 +206,11 @@ class Settings(BaseSettings):
     @property
     def log_dir(self) -> Path:
         return self.data_dir / "logs"
+
+    @property
+    def metrics_dir(self) -> Path:
+        """Where prometheus-client's multiprocess mode keeps its files (``--workers > 1``)."""
+        return self.data_dir / "metrics"
 
     @property
     def upload_dir(self) -> Path:

@@ -55,6 +55,8 @@ class IngestRunner:
         self._idle = threading.Event()
         self._idle.set()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        # Called with (connection, job id, final state) after a job finishes (the metrics hook).
+        self.on_finished: Callable[[psycopg.Connection, uuid.UUID, str], None] | None = None
 
     @property
     def embedder(self) -> Embedder:
@@ -144,6 +146,11 @@ class IngestRunner:
                 error = f"{type(exc).__name__}: {exc}"[:500]
             state = jobs_repo.finish_job(conn, job_id=job_id, error=error)
             log.info("job %s finished: %s", job_id, state)
+            if self.on_finished is not None:
+                try:
+                    self.on_finished(conn, job_id, state)
+                except Exception:  # an observer must never fail the job
+                    log.exception("job %s: on_finished hook failed", job_id)
             return state
 
     def _execute(

@@ -1,4 +1,5 @@
-"""Scheduled index maintenance: rebuild when thresholds pass, swap ``live``, collect garbage.
+"""Scheduled maintenance: rebuild when thresholds pass, swap ``live``, collect garbage (index
+versions past their grace, audit entries past the retention).
 
 Runs as a background thread in each API process; a PostgreSQL advisory lock makes exactly
 one replica do the work per tick, so several replicas can run it safely.
@@ -30,6 +31,7 @@ class MaintenancePolicy:
     tombstone_ratio: float
     delta_chunks: int
     gc_grace_seconds: int
+    audit_retention_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class TickResult:
     reasons: tuple[str, ...]
     collected: tuple[str, ...]
     scheduled: tuple[ScheduledRun, ...] = ()
+    audit_removed: int = 0  # audit entries past the retention, deleted this tick
 
 
 def tick(
@@ -115,7 +118,10 @@ def _maintain(
         shutil.rmtree(version.path, ignore_errors=True)
         indexes.retire(conn, version_id=version.version_id)
         collected.append(version.version_id)
-    return TickResult(True, built, advice.reasons, tuple(collected))
+    removed = audit.collect_garbage(conn, retention_seconds=policy.audit_retention_seconds)
+    if removed:
+        log.info("audit retention: removed %d entries", removed)
+    return TickResult(True, built, advice.reasons, tuple(collected), audit_removed=removed)
 
 
 class MaintenanceScheduler:

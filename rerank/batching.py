@@ -11,7 +11,7 @@ scored.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from core.batching import MicroBatcher, aresult_within, result_within
@@ -41,6 +41,7 @@ class BatchingReranker:
         max_batch_tokens: int = 8192,
         max_wait_ms: float = 3.0,
         default_timeout_s: float = 1.5,
+        on_batch: Callable[[int], None] | None = None,
     ) -> None:
         if max_batch_pairs < 1 or max_batch_tokens < 1 or max_wait_ms < 0 or default_timeout_s <= 0:
             raise ConfigError("batching limits must be positive")
@@ -56,8 +57,13 @@ class BatchingReranker:
             max_wait_s=self.max_wait_s,
             name="reranker",
             thread_name="rerank-batcher",
+            on_batch=on_batch,
         )
         self._batcher.start()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._batcher.queue_depth
 
     @property
     def max_length(self) -> int:

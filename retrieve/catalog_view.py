@@ -164,6 +164,10 @@ class CatalogView:
             mask &= keep
         return mask
 
+    def live_documents(self) -> np.ndarray:
+        """Boolean mask over document indexes: active with a current version (any reader)."""
+        return self._arrays["active"][: self._n].copy()
+
     def chunk_mask(self, doc_allowed: np.ndarray, doc_idx: np.ndarray, versions: np.ndarray) -> np.ndarray:
         """Per-chunk mask: the document is allowed and the chunk is on its current version."""
         if len(doc_idx) == 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import numpy as np
@@ -22,7 +23,13 @@ from index.embedder import Embedder
 
 class QueryEmbedder:
     def __init__(
-        self, embedder: Embedder, *, max_batch: int = 32, max_wait_ms: float = 0.0, cache_size: int = 10_000
+        self,
+        embedder: Embedder,
+        *,
+        max_batch: int = 32,
+        max_wait_ms: float = 0.0,
+        cache_size: int = 10_000,
+        on_batch: Callable[[int], None] | None = None,
     ) -> None:
         self.embedder = embedder
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -35,12 +42,17 @@ class QueryEmbedder:
             name="query embedder",
             thread_name="query-embedder",
             drain_on_close=True,
+            on_batch=on_batch,
         )
         self._batcher.start()
 
     @property
     def batches_sent(self) -> int:
         return self._batcher.batches_run
+
+    @property
+    def queue_depth(self) -> int:
+        return self._batcher.queue_depth
 
     def embed(self, text: str, timeout: float = 10.0) -> np.ndarray:
         """The vector of ``text``; ``TimeoutError`` (and the request dropped) after ``timeout`` s."""

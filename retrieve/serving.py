@@ -50,6 +50,21 @@ class ServingIndex:
         return self.index_rows[at] == rows
 
 
+@dataclass(frozen=True, slots=True)
+class ShardStats:
+    """One shard of the serving version: vectors held and how many of them are hidden now
+    (document deleted or chunk superseded since the build, masked at query time)."""
+
+    shard: int
+    kind: str
+    vectors: int
+    hidden: int
+
+    @property
+    def hidden_fraction(self) -> float:
+        return self.hidden / self.vectors if self.vectors else 0.0
+
+
 class ServingState:
     """Holds the view and the current snapshot; all mutation happens under ``view.lock``."""
 
@@ -70,6 +85,21 @@ class ServingState:
     @property
     def loaded(self) -> bool:
         return self._current is not None
+
+    def shard_stats(self) -> list[ShardStats]:
+        """Per shard of the current version, from the in-memory view (no database read)."""
+        snap = self.current
+        shards = snap.version.shards if snap.version else ()
+        with self.view.lock:
+            live = self.view.live_documents()
+            masks = [
+                self.view.chunk_mask(live, d, v)
+                for d, v in zip(snap.shard_doc_idx, snap.shard_versions, strict=True)
+            ]
+        return [
+            ShardStats(shard.shard, str(shard.dense.kind), len(mask), len(mask) - int(np.count_nonzero(mask)))
+            for shard, mask in zip(shards, masks, strict=True)
+        ]
 
     def load(self, conn: psycopg.Connection, version_path: Path | None) -> None:
         """Initial load: every document, then the version (if any) and its delta."""

@@ -5,15 +5,19 @@ reads ``Settings`` to build a collaborator, and library constructors take explic
 parameters.
 """
 
+from wiring.audit import audit_writer
 from wiring.embedding import embedding_spec
 from wiring.index import dense_params, lexical_tokenizer, maintenance_scheduler, rebuild_config
 from wiring.ingest import make_runner
 from wiring.search import build_reranker, build_search_service
+from wiring.status import deployment_status
 
 __all__ = [
+    "audit_writer",
     "build_reranker",
     "build_search_service",
     "dense_params",
+    "deployment_status",
     "lexical_tokenizer",
     "embedding_spec",
     "maintenance_scheduler",

@@ -57,6 +57,7 @@ def maintenance_policy(settings: Settings) -> MaintenancePolicy:
         tombstone_ratio=ix.rebuild_tombstone_ratio,
         delta_chunks=ix.rebuild_delta_chunks,
         gc_grace_seconds=ix.gc_grace_seconds,
+        audit_retention_seconds=settings.audit.retention_days * 86400.0,
     )
 
 

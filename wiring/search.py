@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from psycopg_pool import ConnectionPool
 
+from core import metrics
 from core.settings import Settings
 from index.embedder import Embedder
 from rerank.batching import BatchingReranker
@@ -43,7 +44,7 @@ def build_search_service(
         state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
     )
     reranker = build_reranker(settings)
-    query_embedder = QueryEmbedder(embedder)
+    query_embedder = QueryEmbedder(embedder, on_batch=metrics.BATCH_SIZE.labels("embed").observe)
     watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
     config = SearchConfig(
         FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
@@ -86,4 +87,5 @@ def build_reranker(settings: Settings) -> BatchingReranker | None:
         max_batch_tokens=settings.rerank.max_batch_tokens,
         max_wait_ms=settings.rerank.max_wait_ms,
         default_timeout_s=settings.rerank.budget_ms / 1000,
+        on_batch=metrics.BATCH_SIZE.labels("rerank").observe,
     )

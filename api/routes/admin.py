@@ -1,12 +1,12 @@
-"""Admin routes: group membership sync for connectors."""
+"""Admin routes: group membership sync for connectors, and the deployment status."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
-from api.deps import AdminPrincipal, PoolDep
+from api.deps import AdminPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
-from api.schemas import GroupsBody, GroupsOut
+from api.schemas import GroupsBody, GroupsOut, NodeStatusOut, ShardStatusOut, StatusOut
 from authz.api_keys import validate_principal_id
 from catalog import audit
 from catalog import principals as repo
@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1", tags=["admin"])
 @router.put(
     "/principals/{principal_id}/groups",
     response_model=GroupsOut,
-    responses=error_responses(401, 403, 413, 422),
+    responses=error_responses(401, 403, 429, 413, 422),
 )
 def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool: PoolDep) -> GroupsOut:
     """Replace a principal's groups; effective for retrieval from the response on."""
@@ -38,3 +38,27 @@ def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool:
             details={"groups": groups},
         )
     return GroupsOut(principal=principal_id, groups=groups)
+
+
+@router.get("/admin/status", response_model=StatusOut, responses=error_responses(401, 403, 429))
+def status(request: Request, admin: AdminPrincipal, pool: PoolDep, settings: SettingsDep) -> StatusOut:
+    """Live version per alias, model, shards, delta, jobs, last rebuild and migration,
+    freshness lag and capacity headroom; ``node`` is what this replica serves."""
+    from wiring.status import deployment_status  # the search stack, only when asked
+
+    with pool.connection() as conn:
+        report = deployment_status(settings, conn)
+    out = StatusOut.model_validate(report)
+    search = getattr(request.app.state, "search", None)
+    if search is not None and search.state.loaded:
+        snap, view = search.state.current, search.state.view
+        out.node = NodeStatusOut(
+            serving_version=snap.version_id,
+            view_position=view.position,
+            lag_positions=max(0, report.catalog_position - view.position),
+            delta_chunks=snap.delta.size,
+            shards=[
+                ShardStatusOut.model_validate(s, from_attributes=True) for s in search.state.shard_stats()
+            ],
+        )
+    return out

@@ -24,7 +24,7 @@ router = APIRouter(prefix="/v1", tags=["connectors"])
 ConnectorPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
 
 
-@router.get("/me", response_model=MeOut, responses=error_responses(401))
+@router.get("/me", response_model=MeOut, responses=error_responses(401, 429))
 def me(principal: PrincipalDep, settings: SettingsDep) -> MeOut:
     """The key's tenant, principal and roles, and the limits a client batches within."""
     return MeOut(
@@ -42,7 +42,7 @@ def me(principal: PrincipalDep, settings: SettingsDep) -> MeOut:
 @router.get(
     "/connectors/{connector}/state",
     response_model=ConnectorStateOut,
-    responses=error_responses(401, 403, 422),
+    responses=error_responses(401, 403, 429, 422),
 )
 def get_state(connector: ConnectorPath, principal: IngestPrincipal, pool: PoolDep) -> ConnectorStateOut:
     """The connector's cursor and fingerprints in the key's tenant; empty if it never saved."""
@@ -61,7 +61,7 @@ def get_state(connector: ConnectorPath, principal: IngestPrincipal, pool: PoolDe
 @router.patch(
     "/connectors/{connector}/state",
     response_model=ConnectorStateSaved,
-    responses=error_responses(401, 403, 413, 422),
+    responses=error_responses(401, 403, 429, 413, 422),
 )
 def patch_state(
     connector: ConnectorPath, body: ConnectorStateUpdate, principal: IngestPrincipal, pool: PoolDep
@@ -88,7 +88,7 @@ def patch_state(
 @router.delete(
     "/connectors/{connector}/state",
     response_model=ConnectorStateOut,
-    responses=error_responses(401, 403, 422),
+    responses=error_responses(401, 403, 429, 422),
 )
 def reset_state(connector: ConnectorPath, principal: IngestPrincipal, pool: PoolDep) -> ConnectorStateOut:
     """Forget the connector's state, so its next run sends everything again."""

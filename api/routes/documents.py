@@ -113,7 +113,7 @@ def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list
     "/documents",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=PushResponse,
-    responses=error_responses(401, 403, 413, 422),
+    responses=error_responses(401, 403, 429, 413, 422),
 )
 def push_documents(
     body: PushRequest, request: Request, principal: IngestPrincipal, pool: PoolDep, settings: SettingsDep
@@ -132,7 +132,7 @@ def push_documents(
     "/documents:upload",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=PushResponse,
-    responses=error_responses(401, 403, 413, 422),
+    responses=error_responses(401, 403, 429, 413, 422),
 )
 def upload_document(
     request: Request,
@@ -178,7 +178,7 @@ def upload_document(
 @router.delete(
     "/documents/{external_id:path}",
     response_model=DocumentDeletedOut,
-    responses=error_responses(401, 403, 404, 422),
+    responses=error_responses(401, 403, 429, 404, 422),
 )
 def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep) -> DocumentDeletedOut:
     """Tombstones every chunk in the transaction that answers: no retrieval returns them after."""
@@ -198,7 +198,7 @@ def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep)
 @router.put(
     "/documents/{external_id:path}/acl",
     response_model=DocumentAclOut,
-    responses=error_responses(401, 403, 404, 413, 422),
+    responses=error_responses(401, 403, 429, 404, 413, 422),
 )
 def put_acl(external_id: str, body: AclUpdate, principal: IngestPrincipal, pool: PoolDep) -> DocumentAclOut:
     """Replace a document's ACL; effective for retrieval from this response on."""

@@ -56,7 +56,7 @@ def job_out(job: jobs_repo.JobRow, errors: list[jobs_repo.ItemRow]) -> JobOut:
     )
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut, responses=error_responses(401, 403, 404, 422))
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=error_responses(401, 403, 429, 404, 422))
 def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
     with pool.connection() as conn:
         job = jobs_repo.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
@@ -66,7 +66,7 @@ def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> Job
     return job_out(job, failed)
 
 
-@router.get("/jobs", response_model=list[JobOut], responses=error_responses(401, 403, 422))
+@router.get("/jobs", response_model=list[JobOut], responses=error_responses(401, 403, 429, 422))
 def list_jobs(
     principal: IngestPrincipal,
     pool: PoolDep,
@@ -78,7 +78,9 @@ def list_jobs(
     return [job_out(j, []) for j in jobs]
 
 
-@router.post("/jobs/{job_id}:cancel", response_model=JobOut, responses=error_responses(401, 403, 404, 422))
+@router.post(
+    "/jobs/{job_id}:cancel", response_model=JobOut, responses=error_responses(401, 403, 429, 404, 422)
+)
 def cancel_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
     """Stops a job between batches; items already written stay written."""
     with pool.connection() as conn:

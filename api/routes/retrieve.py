@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime, time
+from time import perf_counter
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from api.deps import QueryPrincipal
 from api.errors import error_responses
+from api.observe import RetrieveAudit, RetrieveObserver
 from api.schemas import FiltersIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
 from authz.acl import DocumentFilters, build_acl_filter
 from authz.api_keys import validate_principal_id
@@ -80,6 +82,7 @@ def _response(result: RetrieveResult) -> dict[str, Any]:
 
 
 def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -> JSONResponse:
+    started = perf_counter()
     service: SearchService | None = getattr(request.app.state, "search", None)
     if service is None:
         raise UnavailableError("the search service is not running")
@@ -100,7 +103,21 @@ def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -
     # Plain JSON types already: skip FastAPI's jsonable_encoder walk over every result.
     # A returned Response is not validated again, so response_model only documents it.
     result = service.retrieve(req, acl, catalog_position=current.catalog_position)
-    return JSONResponse(_response(result))
+    response = JSONResponse(_response(result))
+    observer: RetrieveObserver = request.app.state.observer
+    info = RetrieveAudit(
+        principal=principal,
+        on_behalf_of=body.as_principal,
+        query=req.query,
+        mode=req.mode,
+        top_k=req.top_k,
+        filters=body.filters.model_dump(mode="json", exclude_defaults=True),
+        catalog_position=current.catalog_position,
+        latency_s=perf_counter() - started,
+        request_id=request_id_var.get(),
+    )
+    observer.observe(result, info, model=request.app.state.settings.embedding_model)
+    return response
 
 
 def build_router(limits: RetrieveLimits) -> APIRouter:
@@ -114,7 +131,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     # A fresh function per router, so two apps never share (or overwrite) an annotation.
     retrieve.__annotations__["body"] = retrieve_in_model(limits)
     router = APIRouter(tags=["retrieve"])
-    errors = error_responses(401, 403, 413, 422, 503)
+    errors = error_responses(401, 403, 413, 422, 429, 503)
     for path, documented in (("/v1/retrieve", True), ("/retrieve", False)):
         router.add_api_route(
             path,

@@ -17,23 +17,24 @@ pytestmark = pytest.mark.integration
 ERROR_REF = "#/components/schemas/ErrorBody"
 # Readiness answers 503 with its own body (which check failed), not the error body.
 OWN_ERROR_BODY = {("/readyz", "get", "503"): "#/components/schemas/ReadyOut"}
-# The error statuses each operation can answer, so each is documented.
+# The error statuses each operation can answer, so each is documented (429: per-key limits).
 ERROR_STATUSES = {
     ("/healthz", "get"): set(),
     ("/readyz", "get"): {"503"},
-    ("/v1/principals/{principal_id}/groups", "put"): {"401", "403", "413", "422"},
-    ("/v1/documents", "post"): {"401", "403", "413", "422"},
-    ("/v1/documents:upload", "post"): {"401", "403", "413", "422"},
-    ("/v1/documents/{external_id}", "delete"): {"401", "403", "404", "422"},
-    ("/v1/documents/{external_id}/acl", "put"): {"401", "403", "404", "413", "422"},
-    ("/v1/jobs/{job_id}", "get"): {"401", "403", "404", "422"},
-    ("/v1/jobs", "get"): {"401", "403", "422"},
-    ("/v1/jobs/{job_id}:cancel", "post"): {"401", "403", "404", "422"},
-    ("/v1/retrieve", "post"): {"401", "403", "413", "422", "503"},
-    ("/v1/me", "get"): {"401"},
-    ("/v1/connectors/{connector}/state", "get"): {"401", "403", "422"},
-    ("/v1/connectors/{connector}/state", "patch"): {"401", "403", "413", "422"},
-    ("/v1/connectors/{connector}/state", "delete"): {"401", "403", "422"},
+    ("/v1/principals/{principal_id}/groups", "put"): {"401", "403", "429", "413", "422"},
+    ("/v1/documents", "post"): {"401", "403", "429", "413", "422"},
+    ("/v1/documents:upload", "post"): {"401", "403", "429", "413", "422"},
+    ("/v1/documents/{external_id}", "delete"): {"401", "403", "429", "404", "422"},
+    ("/v1/documents/{external_id}/acl", "put"): {"401", "403", "429", "404", "413", "422"},
+    ("/v1/jobs/{job_id}", "get"): {"401", "403", "429", "404", "422"},
+    ("/v1/jobs", "get"): {"401", "403", "429", "422"},
+    ("/v1/jobs/{job_id}:cancel", "post"): {"401", "403", "429", "404", "422"},
+    ("/v1/retrieve", "post"): {"401", "403", "413", "422", "429", "503"},
+    ("/v1/admin/status", "get"): {"401", "403", "429"},
+    ("/v1/me", "get"): {"401", "429"},
+    ("/v1/connectors/{connector}/state", "get"): {"401", "403", "429", "422"},
+    ("/v1/connectors/{connector}/state", "patch"): {"401", "403", "429", "413", "422"},
+    ("/v1/connectors/{connector}/state", "delete"): {"401", "403", "429", "422"},
 }
 
 

@@ -1,0 +1,93 @@
+"""``ragline status``: what the deployment serves and does, from the catalog."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from typing import Any
+
+from cli.output import add_json_flag, print_json, print_rows
+from core.settings import get_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    status = sub.add_parser(
+        "status", help="live versions, shards, delta, jobs, last rebuild and migration, lag, headroom"
+    )
+    add_json_flag(status)
+    status.set_defaults(handler=_status)
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _status(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from catalog.connect import migrated_url
+    from wiring.status import deployment_status
+
+    settings = get_settings()
+    with psycopg.connect(migrated_url(settings)) as conn:
+        report = deployment_status(settings, conn)
+    if args.json:
+        print_json(asdict(report))
+        return 0
+    rebuild = report.last_rebuild
+    migration = report.last_migration
+    cap = report.capacity
+    lag = "none" if report.freshness_lag_s is None else f"{report.freshness_lag_s:.1f} s"
+    summary: list[dict[str, Any]] = [
+        {"item": "model", "value": report.model},
+        {"item": f"alias {report.alias}", "value": report.live_version or "(no version)"},
+        {"item": "delta chunks", "value": report.delta_chunks},
+        {"item": "catalog position", "value": report.catalog_position},
+        {"item": "changes since build", "value": report.changes_since_build},
+        {"item": "freshness lag", "value": lag},
+        {
+            "item": "last rebuild",
+            "value": f"{rebuild.version_id} {rebuild.state} {rebuild.created_at:%Y-%m-%d %H:%M:%S}"
+            if rebuild
+            else "none",
+        },
+        {
+            "item": "last migration",
+            "value": f"{migration.number:03d}_{migration.name} {migration.applied_at:%Y-%m-%d %H:%M:%S}"
+            if migration
+            else "none",
+        },
+    ]
+    if cap is not None:
+        summary += [
+            {"item": "RAM to serve", "value": _bytes(cap.serve_ram_bytes)},
+            {"item": "RAM headroom after a swap", "value": _bytes(cap.ram_headroom_bytes)},
+            {"item": "disk headroom for one more version", "value": _bytes(cap.disk_headroom_bytes)},
+        ]
+    print_rows(summary, ("item", "value"), as_json=False, title="status")
+    print_rows(
+        [asdict(a) for a in report.aliases],
+        ("alias", "version_id", "previous_version"),
+        as_json=False,
+        title="aliases",
+    )
+    print_rows(
+        [asdict(s) for s in report.shards],
+        ("shard", "kind", "vectors", "hidden", "hidden_fraction"),
+        as_json=False,
+        title="shards",
+    )
+    print_rows(
+        [asdict(j) for j in report.running_jobs],
+        ("job_id", "tenant_id", "kind", "state", "documents_done", "documents_total", "started_at"),
+        as_json=False,
+        title="running jobs",
+    )
+    return 0

@@ -1,0 +1,168 @@
+"""One report of what a ragline deployment is serving and doing: ``ragline status`` and
+``GET /v1/admin/status``.
+
+Everything here is read from the catalog and the version folders, so the CLI and every
+replica give the same answer; the API adds what its own serving node sees.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import psycopg
+
+from catalog import indexes as indexes_repo
+from catalog import jobs as jobs_repo
+from catalog import maintenance as maintenance_repo
+from catalog import status as status_repo
+from catalog.status import MigrationRow, RebuildRow
+from index.capacity import estimate_capacity
+from index.faiss_shards import DenseKind
+from index.manifest import read_manifest
+
+
+@dataclass(frozen=True, slots=True)
+class AliasStatus:
+    alias: str
+    version_id: str
+    previous_version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardStatus:
+    shard: int
+    kind: str
+    vectors: int
+    hidden: int  # deleted or superseded since the build: masked at query time
+    hidden_fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job_id: str
+    tenant_id: str
+    kind: str
+    state: str
+    documents_done: int
+    documents_total: int
+    started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The live version's estimated footprint against what this machine has left."""
+
+    vectors: int
+    dim: int
+    kind: str
+    serve_ram_bytes: int
+    swap_extra_bytes: int  # a swap loads the next version beside the current one
+    disk_bytes: int
+    ram_available_bytes: int | None
+    disk_free_bytes: int
+    ram_headroom_bytes: int | None  # available RAM minus what the next swap needs
+    disk_headroom_bytes: int  # free disk minus one more version
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    model: str
+    alias: str
+    aliases: list[AliasStatus]
+    live_version: str | None
+    shards: list[ShardStatus]
+    delta_chunks: int  # live chunks committed after the live version was built
+    catalog_position: int
+    changes_since_build: int
+    freshness_lag_s: float | None  # age of the oldest change the live version does not hold
+    running_jobs: list[RunningJob]
+    last_rebuild: RebuildRow | None
+    last_migration: MigrationRow | None
+    capacity: Capacity | None
+
+
+def status_report(conn: psycopg.Connection, *, alias: str, model: str, index_root: Path) -> StatusReport:
+    """The deployment's status as the catalog and the live version's files tell it."""
+    target = indexes_repo.resolve_alias(conn, alias=alias)
+    shards: list[ShardStatus] = []
+    capacity = None
+    built_at = 0
+    if target is not None:
+        built_at = target.catalog_position
+        shards = _shards(conn, Path(target.path))
+        capacity = _capacity(shards, target.dim, index_root)
+    fresh = status_repo.freshness(conn, after=built_at)
+    lag = (
+        (datetime.now(UTC) - fresh.oldest_unindexed_at).total_seconds() if fresh.oldest_unindexed_at else None
+    )
+    running = [
+        RunningJob(
+            str(j.job_id), j.tenant_id, j.kind, j.state, j.documents_done, j.documents_total, j.started_at
+        )
+        for state in ("running", "queued")
+        for j in jobs_repo.list_jobs(conn, tenant_id=None, state=state, limit=50)
+    ]
+    return StatusReport(
+        model=model,
+        alias=alias,
+        aliases=[
+            AliasStatus(a.alias, a.version_id, a.previous_version) for a in indexes_repo.alias_rows(conn)
+        ],
+        live_version=target.version_id if target else None,
+        shards=shards,
+        delta_chunks=maintenance_repo.fresh_leaf_count(conn, after_position=built_at),
+        catalog_position=fresh.position,
+        changes_since_build=fresh.changes_after,
+        freshness_lag_s=lag,
+        running_jobs=running,
+        last_rebuild=status_repo.last_rebuild(conn),
+        last_migration=status_repo.last_migration(conn),
+        capacity=capacity,
+    )
+
+
+def _shards(conn: psycopg.Connection, path: Path) -> list[ShardStatus]:
+    out = []
+    for number, entry in enumerate(read_manifest(path).shards):
+        rows = np.load(path / entry.path / "row_ids.npy")
+        hidden = maintenance_repo.hidden_count(conn, rows=rows.tolist()) if len(rows) else 0
+        out.append(ShardStatus(number, entry.kind, len(rows), hidden, hidden / max(1, len(rows))))
+    return out
+
+
+def _capacity(shards: list[ShardStatus], dim: int, index_root: Path) -> Capacity:
+    vectors = sum(s.vectors for s in shards)
+    order = ["flat", "hnsw", "ivfpq"]
+    kinds = {s.kind for s in shards if s.vectors and s.kind in order}
+    kind = cast(DenseKind, max(kinds, key=order.index) if kinds else "flat")
+    report = estimate_capacity(vectors, dim, kind=kind)
+    ram = _available_ram()
+    disk = shutil.disk_usage(index_root if index_root.exists() else Path.cwd()).free
+    return Capacity(
+        vectors=vectors,
+        dim=dim,
+        kind=kind,
+        serve_ram_bytes=report.serve_ram_bytes,
+        swap_extra_bytes=report.swap_extra_bytes,
+        disk_bytes=report.disk_bytes,
+        ram_available_bytes=ram,
+        disk_free_bytes=disk,
+        ram_headroom_bytes=None if ram is None else ram - report.swap_extra_bytes,
+        disk_headroom_bytes=disk - report.disk_bytes,
+    )
+
+
+def _available_ram() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux); None elsewhere."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,16 @@
+"""The deployment status report from the settings."""
+
+from __future__ import annotations
+
+import psycopg
+
+from core.settings import Settings
+from jobs.status import StatusReport, status_report
+from wiring.index import LIVE_ALIAS
+
+
+def deployment_status(settings: Settings, conn: psycopg.Connection) -> StatusReport:
+    """What ``ragline status`` and ``GET /v1/admin/status`` report for the live alias."""
+    return status_report(
+        conn, alias=LIVE_ALIAS, model=settings.embedding_model, index_root=settings.index_dir
+    )
