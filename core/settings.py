@@ -130,6 +130,14 @@ class RerankSettings(BaseModel):
     threads: int = Field(1, ge=1, le=256)
 
 
+class ConsoleSettings(BaseModel):
+    """The operator console at ``/console`` (api/routes/console.py)."""
+
+    enabled: bool = True
+    # Stored vectors per shard used as queries by "check quality" (recall@10 ANN vs exact).
+    quality_sample: int = Field(200, ge=1, le=10_000)
+
+
 class Settings(BaseSettings):
     """All of ragline's configuration. See the README's configuration table."""
 
@@ -153,6 +161,7 @@ class Settings(BaseSettings):
     index: IndexSettings = IndexSettings()
     retrieve: RetrieveSettings = RetrieveSettings()
     rerank: RerankSettings = RerankSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @field_validator("database_url")
     @classmethod
