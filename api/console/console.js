@@ -18,14 +18,14 @@
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else node.setAttribute(k, v === true ? "" : String(v));
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined) continue;
       node.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
     return node;
   }
   const $ = (id) => document.getElementById(id);
-  function clear(node, ...children) { node.replaceChildren(...children.flat().filter((c) => c != null)); }
+  function clear(node, ...children) { node.replaceChildren(...children.flat(Infinity).filter((c) => c != null)); }
   const fmt = (n, d = 3) => (n === null || n === undefined ? "" : Number(n).toFixed(d));
   const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
   function table(caption, headers, rows, cls) {
@@ -182,8 +182,10 @@
     const results = out.results.length
       ? table("Results", ["Rank", "Document", "Score", "Dense", "Lexical", "Fused", "Rerank", "Found by", "Text"], rows, "results")
       : el("p", { id: "no-results", text: "No results for this principal." });
-    const plans = table("Planner strategy per shard", ["Shard", "Strategy", "Allowed", "Total"],
-      out.plans.map((x) => el("tr", {}, td(x.shard), td(x.strategy), td(x.allowed), td(x.total))));
+    const plans = out.plans.length
+      ? table("Planner strategy per shard", ["Shard", "Strategy", "Allowed", "Total"],
+        out.plans.map((x) => el("tr", {}, td(x.shard), td(x.strategy), td(x.allowed), td(x.total))), "plans")
+      : el("p", { class: "hint", text: "No dense shard was searched (no index version yet: the delta answered, or lexical mode)." });
     const timings = table("Timings (ms)", Object.keys(out.timings_ms),
       [el("tr", {}, Object.values(out.timings_ms).map((v) => td(fmt(v, 1))))]);
     clear($("search-out"), head, results, renderContext(out.context), el("div", { class: "row" }, plans, timings));
@@ -320,8 +322,8 @@
       const q = await api("POST", "v1/admin/index/versions/" + version + ":quality");
       clear($("index-quality"), table("recall@" + q.k + " of " + version + " (ANN vs exact, min " + fmt(q.min_recall) + ")",
         ["Shard", "Kind", "Vectors", "Sampled", "Recall"],
-        q.shards.map((s) => el("tr", {}, td(s.shard), td(s.kind), td(s.vectors), td(s.sampled), td(s.recall === null ? "empty" : fmt(s.recall))))),
-        "quality");
+        q.shards.map((s) => el("tr", {}, td(s.shard), td(s.kind), td(s.vectors), td(s.sampled), td(s.recall === null ? "empty" : fmt(s.recall)))),
+        "quality"));
     } catch (e) { clear($("index-quality")); showError("index-error", e); }
   }
   async function gc() {
