@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -12,12 +12,22 @@ PrincipalId = Annotated[str, StringConstraints(min_length=3, max_length=256)]
 
 
 class PrincipalView(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"principal_id": "user:bob", "groups": ["group:eng"], "known": True}]}
+    )
+
     principal_id: str
     groups: list[str]
     known: bool  # whether the catalog has this principal at all
 
 
 class PlanOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"shard": 0, "strategy": "filtered", "allowed": 1200, "total": 48210}]
+        }
+    )
+
     """The filtered-search strategy one shard ran for this filter (retrieve/planner.py)."""
 
     shard: int
@@ -31,8 +41,23 @@ class DebugResultOut(ResultOut):
     found_by: list[str]  # the candidate lists that found it
 
 
+_BASE: dict[str, Any] = RetrieveOut.model_config["json_schema_extra"]["examples"][0]  # type: ignore[index,assignment]
+_DEBUG_EXAMPLE = {
+    **_BASE,
+    "results": [
+        {**r, "ranks": {"dense": 1, "lexical": 2, "fused": 1}, "found_by": ["dense", "lexical"]}
+        for r in _BASE["results"]
+    ],
+    "principal": {"principal_id": "user:alice", "groups": ["group:sre"], "known": True},
+    "plans": [{"shard": 0, "strategy": "filtered", "allowed": 1200, "total": 48210}],
+    "model": "bundled:all-MiniLM-L6-v2",
+}
+
+
 class DebugRetrieveOut(RetrieveOut):
     """``RetrieveOut`` with what the console shows: per-stage ranks, plans, principal, model."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_DEBUG_EXAMPLE]})
 
     results: list[DebugResultOut]  # type: ignore[assignment]
     principal: PrincipalView
@@ -128,6 +153,19 @@ class ExplainOut(BaseModel):
 
 
 class PrincipalOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "principal_id": "user:bob",
+                    "groups": ["group:eng"],
+                    "active_keys": 1,
+                    "created_at": "2026-01-05T09:12:03+00:00",
+                }
+            ]
+        }
+    )
+
     principal_id: str
     groups: list[str]
     active_keys: int
@@ -138,6 +176,24 @@ Role = Literal["ingest", "query", "admin"]
 
 
 class KeyOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "key_id": "3f9a1c2b7d4e",
+                    "principal_id": "user:bob",
+                    "roles": ["query"],
+                    "can_delegate": False,
+                    "name": "bob",
+                    "state": "active",
+                    "created_at": "2026-01-05T09:12:03+00:00",
+                    "last_used_at": None,
+                    "revoked_at": None,
+                }
+            ]
+        }
+    )
+
     key_id: str
     principal_id: str
     roles: list[str]
@@ -159,17 +215,70 @@ class KeyIn(Strict):
 class KeyCreatedOut(BaseModel):
     """The new key; ``token`` is the secret, shown this once and never stored."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "key": {
+                        "key_id": "3f9a1c2b7d4e",
+                        "principal_id": "user:bob",
+                        "roles": ["query"],
+                        "can_delegate": False,
+                        "name": "bob",
+                        "state": "active",
+                        "created_at": "2026-01-05T09:12:03+00:00",
+                        "last_used_at": None,
+                        "revoked_at": None,
+                    },
+                    "token": "rl_3f9a1c2b7d4e_...",
+                }
+            ]
+        }
+    )
+
     key: KeyOut
     token: str
 
 
 class AliasOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"alias": "live", "version_id": "v20260105-091203-ab12cd", "previous_version": None}]
+        }
+    )
+
     alias: str
     version_id: str
     previous_version: str | None
 
 
 class VersionOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "version_id": "v20260105-091203-ab12cd",
+                    "state": "ready",
+                    "aliases": ["live"],
+                    "rollback_of": [],
+                    "model": "bundled:all-MiniLM-L6-v2",
+                    "dim": 384,
+                    "shards": 2,
+                    "kinds": ["hnsw", "hnsw"],
+                    "chunks": 96420,
+                    "hidden": 310,
+                    "hidden_fraction": 0.0032,
+                    "delta": 42,
+                    "position": 18830,
+                    "created_at": "2026-01-05T09:12:03+00:00",
+                    "built_at": "2026-01-05T09:14:40+00:00",
+                    "build_seconds": 151.2,
+                    "error": None,
+                }
+            ]
+        }
+    )
+
     version_id: str
     state: str
     aliases: list[str]
@@ -190,12 +299,41 @@ class VersionOut(BaseModel):
 
 
 class ServingOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "version_id": "v20260105-091203-ab12cd",
+                    "model": "bundled:all-MiniLM-L6-v2",
+                    "last_swap_error": None,
+                }
+            ]
+        }
+    )
+
     version_id: str
     model: str
     last_swap_error: str | None
 
 
 class IndexOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "versions": [VersionOut.model_config["json_schema_extra"]["examples"][0]],  # type: ignore[index]
+                    "aliases": [
+                        {"alias": "live", "version_id": "v20260105-091203-ab12cd", "previous_version": None}
+                    ],
+                    "serving": {
+                        "version_id": "v20260105-091203-ab12cd",
+                        "model": "bundled:all-MiniLM-L6-v2",
+                        "last_swap_error": None,
+                    },
+                }
+            ]
+        }
+    )
     versions: list[VersionOut]
     aliases: list[AliasOut]
     serving: ServingOut | None
@@ -206,6 +344,19 @@ class SwapIn(Strict):
 
 
 class SwapOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "alias": "live",
+                    "previous": "v20260105-091203-ab12cd",
+                    "current": "v20260106-101500-ef34ab",
+                    "serving": "v20260106-101500-ef34ab",
+                }
+            ]
+        }
+    )
+
     alias: str
     previous: str | None
     current: str
@@ -213,6 +364,14 @@ class SwapOut(BaseModel):
 
 
 class ShardQualityOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"shard": 0, "kind": "hnsw", "vectors": 48210, "sampled": 200, "k": 10, "recall": 0.987}
+            ]
+        }
+    )
+
     shard: int
     kind: str
     vectors: int
@@ -224,6 +383,28 @@ class ShardQualityOut(BaseModel):
 class QualityOut(BaseModel):
     """recall@k of each shard's ANN search against exact search over its stored vectors."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "version_id": "v20260105-091203-ab12cd",
+                    "k": 10,
+                    "shards": [
+                        {
+                            "shard": 0,
+                            "kind": "hnsw",
+                            "vectors": 48210,
+                            "sampled": 200,
+                            "k": 10,
+                            "recall": 0.987,
+                        }
+                    ],
+                    "min_recall": 0.987,
+                }
+            ]
+        }
+    )
+
     version_id: str
     k: int
     shards: list[ShardQualityOut]
@@ -231,11 +412,26 @@ class QualityOut(BaseModel):
 
 
 class GcKept(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"version_id": "v20260105-091203-ab12cd", "reason": "alias live"}]}
+    )
+
     version_id: str
     reason: str
 
 
 class GcOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "deleted": ["v20260101-080000-0a1b2c"],
+                    "kept": [{"version_id": "v20260105-091203-ab12cd", "reason": "alias live"}],
+                    "grace_seconds": 3600,
+                }
+            ]
+        }
+    )
     deleted: list[str]
     kept: list[GcKept]
     grace_seconds: int

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
 from api.console_schemas import (
@@ -43,6 +44,7 @@ from api.schemas import RetrieveInBase, RetrieveLimits, retrieve_in_model
 from authz.acl import build_acl_filter
 from authz.api_keys import create_key, revoke, validate_principal_id
 from authz.principals import CurrentPrincipal, KeyAuthenticator, Principal
+from catalog import audit
 from catalog import indexes as indexes_repo
 from catalog import principals as principals_repo
 from catalog.principals import KeyRow
@@ -63,10 +65,15 @@ def _as(request: Request, admin: Principal, as_principal: str | None) -> Current
     return auth.impersonate(admin, target)
 
 
-def _view(pool: Any, current: CurrentPrincipal) -> PrincipalView:
+def _view(pool: ConnectionPool, admin: Principal, current: CurrentPrincipal, action: str) -> PrincipalView:
+    """The principal searched as, and an audit entry when an admin acts as someone else."""
     p = current.principal
     with pool.connection() as conn:
         known = principals_repo.principal_exists(conn, tenant_id=p.tenant_id, principal_id=p.principal_id)
+        if p.principal_id != admin.principal_id:
+            audit.record(
+                conn, actor=admin.principal_id, action=action, tenant_id=p.tenant_id, target=p.principal_id
+            )
     return PrincipalView(principal_id=p.principal_id, groups=list(p.groups), known=known)
 
 
@@ -103,7 +110,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         for item, r in zip(out["results"], result.results, strict=True):
             item["ranks"] = r.stage_ranks
             item["found_by"] = [s for s in ("dense", "lexical") if s in r.stage_ranks]
-        out["principal"] = _view(pool, current).model_dump()
+        out["principal"] = _view(pool, admin, current, "console.search_as").model_dump()
         out["plans"] = _plans(result.plans)
         out["model"] = service.state.model_name
         return JSONResponse(out)
@@ -151,7 +158,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
             granting_groups=list(why.granting_groups),
             granting_principals=list(why.granting_principals),
             filtered_by=list(why.filtered_by),
-            principal=_view(pool, current),
+            principal=_view(pool, admin, current, "console.explain"),
             external_id=why.external_id,
             document_state=why.doc_state,
             current_version=why.current_version,
@@ -187,7 +194,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
             return [_key_out(k) for k in principals_repo.list_keys(conn, tenant_id=admin.tenant_id)]
 
     @router.post(
-        "/keys", response_model=KeyCreatedOut, status_code=201, responses=error_responses(401, 403, 422)
+        "/keys", response_model=KeyCreatedOut, status_code=201, responses=error_responses(401, 403, 413, 422)
     )
     def create(body: KeyIn, admin: AdminPrincipal, pool: PoolDep) -> KeyCreatedOut:
         """Create a key in the admin's tenant; the token is in this response only."""
@@ -206,7 +213,9 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         assert row is not None
         return KeyCreatedOut(key=_key_out(row), token=key.token)
 
-    @router.post("/keys/{key_id}:revoke", response_model=KeyOut, responses=error_responses(401, 403, 404))
+    @router.post(
+        "/keys/{key_id}:revoke", response_model=KeyOut, responses=error_responses(401, 403, 404, 422)
+    )
     def revoke_route(key_id: str, admin: AdminPrincipal, pool: PoolDep) -> KeyOut:
         """Revoke one of the tenant's keys; refused everywhere within a second."""
         with pool.connection() as conn:
@@ -267,7 +276,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     @router.post(
         "/index/aliases/{alias}:swap",
         response_model=SwapOut,
-        responses=error_responses(401, 403, 404, 409, 422),
+        responses=error_responses(401, 403, 404, 409, 413, 422),
     )
     def swap_route(
         alias: str, body: SwapIn, request: Request, admin: AdminPrincipal, pool: PoolDep
@@ -282,7 +291,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     @router.post(
         "/index/aliases/{alias}:rollback",
         response_model=SwapOut,
-        responses=error_responses(401, 403, 404, 409),
+        responses=error_responses(401, 403, 404, 409, 422),
     )
     def rollback_route(alias: str, request: Request, admin: AdminPrincipal, pool: PoolDep) -> SwapOut:
         """Point an alias back at the version it pointed at before."""
@@ -293,7 +302,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     @router.post(
         "/index/versions/{version_id}:quality",
         response_model=QualityOut,
-        responses=error_responses(401, 403, 404),
+        responses=error_responses(401, 403, 404, 422),
     )
     async def quality_route(
         version_id: str, admin: AdminPrincipal, pool: PoolDep, settings: SettingsDep

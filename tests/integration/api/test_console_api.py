@@ -253,3 +253,12 @@ def test_console_page_and_assets(foundation_client: TestClient) -> None:
     assert js.headers["x-content-type-options"] == "nosniff" and "set-cookie" not in js.headers
     assert foundation_client.get("/console/assets/index.html").status_code == 404
     assert foundation_client.get("/console/assets/..%2Fapp.py").status_code == 404
+
+
+def test_console_model_examples_validate() -> None:
+    from api import console_schemas as cs
+
+    models = (cs.DebugRetrieveOut, cs.ExplainOut, cs.PrincipalOut, cs.KeyOut, cs.KeyCreatedOut, cs.IndexOut)
+    for model in (*models, cs.SwapOut, cs.QualityOut, cs.GcOut):
+        for example in model.model_config["json_schema_extra"]["examples"]:  # type: ignore[index]
+            model.model_validate(example)

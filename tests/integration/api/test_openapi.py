@@ -30,6 +30,18 @@ ERROR_STATUSES = {
     ("/v1/jobs", "get"): {"401", "403", "422"},
     ("/v1/jobs/{job_id}:cancel", "post"): {"401", "403", "404", "422"},
     ("/v1/retrieve", "post"): {"401", "403", "413", "422", "503"},
+    ("/v1/jobs/{job_id}:resume", "post"): {"401", "403", "404", "409", "422", "503"},
+    ("/v1/admin/retrieve", "post"): {"401", "403", "413", "422", "503"},
+    ("/v1/admin/explain", "post"): {"401", "403", "413", "422", "503"},
+    ("/v1/admin/principals", "get"): {"401", "403"},
+    ("/v1/admin/keys", "get"): {"401", "403"},
+    ("/v1/admin/keys", "post"): {"401", "403", "413", "422"},
+    ("/v1/admin/keys/{key_id}:revoke", "post"): {"401", "403", "404", "422"},
+    ("/v1/admin/index", "get"): {"401", "403"},
+    ("/v1/admin/index/aliases/{alias}:swap", "post"): {"401", "403", "404", "409", "413", "422"},
+    ("/v1/admin/index/aliases/{alias}:rollback", "post"): {"401", "403", "404", "409", "422"},
+    ("/v1/admin/index/versions/{version_id}:quality", "post"): {"401", "403", "404", "422"},
+    ("/v1/admin/index:gc", "post"): {"401", "403"},
 }
 
 
