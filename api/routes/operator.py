@@ -48,7 +48,7 @@ from catalog import audit
 from catalog import indexes as indexes_repo
 from catalog import principals as principals_repo
 from catalog.principals import KeyRow
-from core.errors import NotFoundError
+from core.errors import NotFoundError, UnavailableError
 from index.quality import ShardQuality, version_quality
 from jobs import index_admin
 from retrieve.explain import explain
@@ -131,7 +131,10 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         service = search_service(request)
         current = _as(request, admin, body.as_principal)
         acl = build_acl_filter(current.principal, document_filters(body.filters))
-        service.watcher.catch_up_to(current.catalog_position)
+        try:
+            service.watcher.catch_up_to(current.catalog_position)
+        except Exception as exc:  # no current permission data: no answer rather than a stale one
+            raise UnavailableError("permission data is unavailable; refusing to explain") from exc
         snap = service.state.current
         with pool.connection() as conn:
             why = explain(

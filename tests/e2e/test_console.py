@@ -26,6 +26,7 @@ import pytest
 from api.app import create_app
 from api.services import ingest_hook, search_hook
 from authz.api_keys import create_key
+from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
 from core.settings import Settings
 from jobs.rebuild_job import rebuild
@@ -258,6 +259,16 @@ def test_watch_an_ingest_job_finish(browser: WebDriver, console: Console) -> Non
     assert "6/6" in browser.find_element(*row).text
     browser.find_element(*row).find_element(By.XPATH, ".//button[text()='Details']").click()
     _wait(browser, ec.text_to_be_present_in_element((By.ID, "job-detail"), "No item errors"))
+    # a job no runner has picked up yet: cancel it, then resume it, from the page
+    with psycopg.connect(console.db_url) as conn:
+        item = jobs_repo.NewItem(external_id="late", mime_type="text/plain", payload=b"A late memo.")
+        queued = str(jobs_repo.create_job(conn, tenant_id="acme", kind="ingest", items=[item]))
+    row = (By.CSS_SELECTOR, f'tr[data-job-id="{queued}"]')
+    _wait(browser, lambda d: d.find_element(*row).get_attribute("data-state") == "queued")
+    browser.find_element(*row).find_element(By.XPATH, ".//button[text()='Cancel']").click()
+    _wait(browser, lambda d: d.find_element(*row).get_attribute("data-state") == "cancelled")
+    browser.find_element(*row).find_element(By.XPATH, ".//button[text()='Resume']").click()
+    _wait(browser, lambda d: d.find_element(*row).get_attribute("data-state") == "succeeded")
     _shot(browser, console, "jobs")
 
 
