@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI
 
 from api.errors import install_error_handlers
 from api.middleware import RequestContextMiddleware
-from api.routes import admin, health
+from api.routes import admin, connectors, health
 from api.schemas import RetrieveLimits
 from authz.principals import KeyAuthenticator
 from catalog.db import apply_migrations, open_pool
@@ -87,6 +87,7 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
     app.include_router(health.router)
     app.include_router(admin.router)
+    app.include_router(connectors.router)
     for router in extra_routers(retrieve_limits(settings)):
         app.include_router(router)
     if settings.console.enabled:

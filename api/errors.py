@@ -1,7 +1,8 @@
 """Domain exceptions become HTTP responses here, once, in one JSON shape.
 
-``ErrorBody`` is that shape as a model, and ``error_responses`` documents it on a route's
-error statuses, so ``/openapi.json`` shows the same body the handlers send.
+``ErrorBody`` (shared with the client, in ``ragline_client.models``) is that shape as a model,
+and ``error_responses`` documents it on a route's error statuses, so ``/openapi.json`` shows
+the same body the handlers send.
 """
 
 from __future__ import annotations
@@ -12,46 +13,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.context import request_id_var
 from core.errors import RaglineError
+from ragline_client.models import ErrorBody, ErrorDetail, ValidationIssue
+
+__all__ = ["ErrorBody", "ErrorDetail", "ValidationIssue", "error_responses", "install_error_handlers"]
 
 log = logging.getLogger(__name__)
-
-
-class ValidationIssue(BaseModel):
-    loc: list[str]
-    msg: str
-    type: str
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    request_id: str
-    # Only request validation failures (422 invalid_request) list the fields at fault.
-    details: list[ValidationIssue] | None = None
-
-
-class ErrorBody(BaseModel):
-    """Every error answer: ``{"error": {"code", "message", "request_id"}}``."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "error": {
-                        "code": "unauthenticated",
-                        "message": "missing bearer token: send 'Authorization: Bearer <api key>'",
-                        "request_id": "4f1c2b9e0a7d4c3e8b6a5d2f1e0c9b8a",
-                    }
-                }
-            ]
-        }
-    )
-    error: ErrorDetail
 
 
 # What each status means on this API and the ``code`` it carries (see core/errors.py).

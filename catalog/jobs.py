@@ -199,21 +199,33 @@ def item_is_pending(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int
     return bool(row and row[0] == "pending")
 
 
-def claim_job(conn: psycopg.Connection, *, job_id: uuid.UUID, owner: str, force: bool = False) -> bool:
+def claim_job(
+    conn: psycopg.Connection, *, job_id: uuid.UUID, owner: str, lease_seconds: float, force: bool = False
+) -> bool:
     """Mark a queued (or orphaned running) job as ours; False if another worker holds it.
 
-    A running job is orphaned when its heartbeat is over 60 s old; ``force`` (an operator's
-    ``ragline jobs resume``) takes it over at once. Items stay exactly-once either way: each
-    commit re-checks, under a row lock, that its item is still pending.
+    A running job is orphaned when its heartbeat is older than ``lease_seconds``; ``force`` (an
+    operator's ``ragline jobs resume``) takes it over at once. Items stay exactly-once either
+    way: each commit re-checks, under a row lock, that its item is still pending.
     """
     cur = conn.execute(
         "UPDATE jobs SET state = 'running', owner = %s, heartbeat_at = now(),"
         " started_at = coalesce(started_at, now()), updated_at = now()"
         " WHERE job_id = %s AND (state = 'queued' OR (state = 'running' AND (owner = %s OR %s OR"
-        " heartbeat_at < now() - interval '60 seconds')))",
-        (owner, job_id, owner, force),
+        " heartbeat_at < now() - make_interval(secs => %s))))",
+        (owner, job_id, owner, force, lease_seconds),
     )
     return cur.rowcount == 1
+
+
+def orphaned_jobs(conn: psycopg.Connection, *, kind: str = "ingest", lease_seconds: float) -> list[uuid.UUID]:
+    """Queued jobs nobody runs yet and running jobs whose owner stopped heartbeating."""
+    rows = conn.execute(
+        "SELECT job_id FROM jobs WHERE kind = %s AND (state = 'queued' OR (state = 'running'"
+        " AND heartbeat_at < now() - make_interval(secs => %s))) ORDER BY created_at",
+        (kind, lease_seconds),
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def heartbeat(conn: psycopg.Connection, *, job_id: uuid.UUID) -> bool:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from cli.output import add_json_flag, print_json
 from core.settings import get_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     db = sub.add_parser("db", help="the local PostgreSQL cluster (unused when RAGLINE_DATABASE_URL is set)")
     db.add_argument("action", choices=["up", "down", "status", "url"])
+    add_json_flag(db)
     db.set_defaults(handler=_db)
     mig = sub.add_parser("migrate", help="apply pending catalog migrations")
     mig.set_defaults(handler=_migrate)
@@ -34,7 +36,10 @@ def _db(args: argparse.Namespace) -> int:
         print("stopped" if embedded.down(cluster) else "not running")
     elif args.action == "status":
         running = embedded.is_running(cluster)
-        print(f"{'running' if running else 'stopped'}: {cluster.pgdata} (port {cluster.port})")
+        if args.json:
+            print_json({"running": running, "pgdata": str(cluster.pgdata), "port": cluster.port})
+        else:
+            print(f"{'running' if running else 'stopped'}: {cluster.pgdata} (port {cluster.port})")
         return 0 if running else 3
     else:
         print(cluster.url)

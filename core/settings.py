@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_EMBEDDING_MODEL = "bundled:all-MiniLM-L6-v2"
@@ -31,7 +31,13 @@ def _default_within_max(
     return maximum
 
 
-class ApiSettings(BaseModel):
+class Section(BaseModel):
+    """A nested settings group: an unknown field (a typo in an env name) is an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ApiSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     workers: int = Field(1, ge=1, le=64)
@@ -52,11 +58,13 @@ class ApiSettings(BaseModel):
         return self
 
 
-class IngestSettings(BaseModel):
+class IngestSettings(Section):
     chunk_tokens: int = Field(256, ge=16, le=8192)
     chunk_overlap: int = Field(32, ge=0)
     embed_batch_size: int = Field(32, ge=1, le=4096)
     inline_max_documents: int = Field(8, ge=0)
+    # A running job whose heartbeat is older than this belongs to a dead process: another takes it over.
+    job_lease_seconds: float = Field(60.0, ge=1.0)
     workers: int = Field(2, ge=1, le=256)
     write_batch_chunks: int = Field(512, ge=1)
 
@@ -67,7 +75,7 @@ class IngestSettings(BaseModel):
         return self
 
 
-class IndexSettings(BaseModel):
+class IndexSettings(Section):
     shards: int = Field(2, ge=1, le=1024)
     shard_by: Literal["document", "tenant"] = "document"
     kind: Literal["auto", "flat", "hnsw", "ivfpq"] = "auto"
@@ -89,7 +97,7 @@ class IndexSettings(BaseModel):
     poll_seconds: float = Field(2.0, gt=0.0)
 
 
-class RetrieveSettings(BaseModel):
+class RetrieveSettings(Section):
     rrf_k: int = Field(60, ge=1)
     dense_weight: float = Field(1.0, ge=0.0)
     lexical_weight: float = Field(1.0, ge=0.0)
@@ -116,7 +124,7 @@ class RetrieveSettings(BaseModel):
         return self
 
 
-class RerankSettings(BaseModel):
+class RerankSettings(Section):
     model: str | None = None
     candidates: int = Field(50, ge=1, le=500)
     budget_ms: int = Field(1500, ge=1)

@@ -41,6 +41,7 @@ class RunnerConfig:
     embed_actors: int
     embed_batch: int
     embedding: EmbeddingSpec  # how Ray actors build their embedder
+    lease_seconds: float  # a running job silent for this long is taken over
     batch_documents: int = 8  # documents per commit batch; not a setting
 
 
@@ -69,6 +70,16 @@ class IngestRunner:
                 for job_id in jobs_repo.unfinished_jobs(conn):
                     self.submit(job_id)
 
+    def _reclaim_orphans(self) -> None:
+        try:
+            with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
+                orphans = jobs_repo.orphaned_jobs(conn, lease_seconds=self.config.lease_seconds)
+        except Exception:  # the catalog is unreachable: the next idle tick tries again
+            log.warning("cannot look for orphaned jobs", exc_info=True)
+            return
+        for job_id in orphans:
+            self.submit(job_id)
+
     def submit(self, job_id: uuid.UUID) -> None:
         self._idle.clear()
         self._queue.put(job_id)
@@ -84,7 +95,13 @@ class IngestRunner:
 
     def _loop(self) -> None:
         while True:
-            job_id = self._queue.get()
+            try:
+                job_id = self._queue.get(timeout=self.config.lease_seconds / 2)
+            except queue.Empty:
+                # Idle: take over jobs whose process died (their lease ran out) and queued jobs
+                # no runner picked up (the pushing replica died before its queue drained).
+                self._reclaim_orphans()
+                continue
             if job_id is None:
                 return
             try:
@@ -100,7 +117,10 @@ class IngestRunner:
     ) -> str | None:
         """Run one job to its end; returns the final state (None if another worker holds it)."""
         with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
-            if not jobs_repo.claim_job(conn, job_id=job_id, owner=self.owner, force=force):
+            claimed = jobs_repo.claim_job(
+                conn, job_id=job_id, owner=self.owner, lease_seconds=self.config.lease_seconds, force=force
+            )
+            if not claimed:
                 return None
             job = jobs_repo.get_job(conn, job_id=job_id)
             if job is None:

@@ -9,12 +9,16 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 
 from catalog import audit, indexes, maintenance
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
+from jobs.schedules import ScheduledRun, ScheduleRunner, run_due
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +38,60 @@ class TickResult:
     rebuilt: str | None
     reasons: tuple[str, ...]
     collected: tuple[str, ...]
+    scheduled: tuple[ScheduledRun, ...] = ()
 
 
-def tick(conninfo: str, config: RebuildConfig, policy: MaintenancePolicy) -> TickResult:
-    """One maintenance pass: rebuild + swap if advised, then delete expired versions."""
+def tick(
+    conninfo: str,
+    config: RebuildConfig,
+    policy: MaintenancePolicy,
+    runners: Mapping[str, ScheduleRunner] | None = None,
+) -> TickResult:
+    """One maintenance pass: due schedules, rebuild + swap if advised, delete expired versions."""
     with (
         psycopg.connect(conninfo, autocommit=True) as conn,
         maintenance.try_advisory_lock(conn, maintenance.SCHEDULER_LOCK) as held,
     ):
         if not held:
             return TickResult(False, None, (), ())
-        return _maintain(conn, conninfo, config, policy)
+        scheduled = tuple(run_due(conn, now=datetime.now(UTC), runners=runners or {}))
+        return replace(_maintain(conn, conninfo, config, policy), scheduled=scheduled)
+
+
+def rebuild_and_swap(
+    conn: psycopg.Connection, conninfo: str, config: RebuildConfig, *, alias: str, actor: str, why: list[str]
+) -> str:
+    """Build a version, point ``alias`` at it and audit the swap; returns the new version id."""
+    built = rebuild(conninfo, config)
+    with conn.transaction():
+        previous = indexes.swap_alias(conn, alias=alias, version_id=built)
+        audit.record(
+            conn,
+            actor=actor,
+            action="index.swap",
+            target=alias,
+            details={"from": previous, "to": built, "reasons": why},
+        )
+    return built
+
+
+def scheduled_rebuild(conninfo: str, config: RebuildConfig, *, alias: str) -> ScheduleRunner:
+    """The runner of ``rebuild`` schedules; the stored arguments may set ``shards``."""
+
+    def run(args: Mapping[str, Any]) -> str:
+        shards = int(args.get("shards") or config.n_shards)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            built = rebuild_and_swap(
+                conn,
+                conninfo,
+                replace(config, n_shards=shards),
+                alias=alias,
+                actor="schedule",
+                why=["schedule"],
+            )
+        return f"built {built}; {alias} -> {built}"
+
+    return run
 
 
 def _maintain(
@@ -60,16 +107,9 @@ def _maintain(
     built = None
     if advice.needed:
         log.info("scheduled rebuild: %s", "; ".join(advice.reasons))
-        built = rebuild(conninfo, config)
-        with conn.transaction():
-            previous = indexes.swap_alias(conn, alias=policy.alias, version_id=built)
-            audit.record(
-                conn,
-                actor="scheduler",
-                action="index.swap",
-                target=policy.alias,
-                details={"from": previous, "to": built, "reasons": list(advice.reasons)},
-            )
+        built = rebuild_and_swap(
+            conn, conninfo, config, alias=policy.alias, actor="scheduler", why=list(advice.reasons)
+        )
     collected = []
     for version in indexes.gc_candidates(conn, grace_seconds=policy.gc_grace_seconds):
         shutil.rmtree(version.path, ignore_errors=True)
@@ -81,8 +121,15 @@ def _maintain(
 class MaintenanceScheduler:
     """Calls ``tick`` every ``policy.interval_seconds`` until closed."""
 
-    def __init__(self, conninfo: str, config: RebuildConfig, policy: MaintenancePolicy) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        config: RebuildConfig,
+        policy: MaintenancePolicy,
+        runners: Mapping[str, ScheduleRunner] | None = None,
+    ) -> None:
         self.conninfo, self.config, self.policy = conninfo, config, policy
+        self.runners = dict(runners or {})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="index-maintenance", daemon=True)
 
@@ -96,6 +143,6 @@ class MaintenanceScheduler:
     def _loop(self) -> None:
         while not self._stop.wait(self.policy.interval_seconds):
             try:
-                tick(self.conninfo, self.config, self.policy)
+                tick(self.conninfo, self.config, self.policy, self.runners)
             except Exception:  # the next tick retries; serving is unaffected
                 log.exception("index maintenance tick failed")

@@ -6,7 +6,8 @@ from core.settings import Settings
 from index.faiss_shards import DenseParams
 from index.tokenize import Tokenizer
 from jobs.rebuild_job import RebuildConfig
-from jobs.scheduler import MaintenancePolicy, MaintenanceScheduler
+from jobs.scheduler import MaintenancePolicy, MaintenanceScheduler, scheduled_rebuild
+from jobs.schedules import ScheduleRunner
 
 # The alias serving nodes load and maintenance rebuilds into.
 LIVE_ALIAS = "live"
@@ -63,4 +64,11 @@ def maintenance_scheduler(settings: Settings, url: str) -> MaintenanceScheduler 
     """The rebuild/swap/GC loop every server runs; None when ``index.maintenance_seconds`` is 0."""
     if settings.index.maintenance_seconds <= 0:
         return None
-    return MaintenanceScheduler(url, rebuild_config(settings), maintenance_policy(settings))
+    return MaintenanceScheduler(
+        url, rebuild_config(settings), maintenance_policy(settings), schedule_runners(settings, url)
+    )
+
+
+def schedule_runners(settings: Settings, url: str) -> dict[str, ScheduleRunner]:
+    """What each stored schedule's job kind runs (servers' maintenance loop, ``jobs run-due``)."""
+    return {"rebuild": scheduled_rebuild(url, rebuild_config(settings), alias=LIVE_ALIAS)}

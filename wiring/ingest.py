@@ -25,6 +25,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         embed_actors=settings.ingest.workers,
         embed_batch=settings.ingest.embed_batch_size,
         embedding=embedding_spec(settings),
+        lease_seconds=settings.ingest.job_lease_seconds,
     )
 
 

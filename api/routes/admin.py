@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import AdminPrincipal, PoolDep
 from api.errors import error_responses
-from api.schemas import GroupsOut
+from api.schemas import GroupsBody, GroupsOut
 from authz.api_keys import validate_principal_id
 from catalog import audit
 from catalog import principals as repo
 from core.errors import InvalidInputError
 
 router = APIRouter(prefix="/v1", tags=["admin"])
-
-
-class GroupsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    groups: list[str] = Field(default_factory=list, max_length=10_000)
 
 
 @router.put(

@@ -42,6 +42,10 @@ ERROR_STATUSES = {
     ("/v1/admin/index/aliases/{alias}:rollback", "post"): {"401", "403", "404", "409", "422"},
     ("/v1/admin/index/versions/{version_id}:quality", "post"): {"401", "403", "404", "422"},
     ("/v1/admin/index:gc", "post"): {"401", "403"},
+    ("/v1/me", "get"): {"401"},
+    ("/v1/connectors/{connector}/state", "get"): {"401", "403", "422"},
+    ("/v1/connectors/{connector}/state", "patch"): {"401", "403", "413", "422"},
+    ("/v1/connectors/{connector}/state", "delete"): {"401", "403", "422"},
 }
 
 

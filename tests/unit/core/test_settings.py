@@ -78,3 +78,11 @@ def test_an_explicit_default_above_its_maximum_is_refused(overrides: dict, fragm
     with pytest.raises(ValidationError) as info:
         Settings(**overrides)
     assert fragment in str(info.value)
+
+
+def test_an_unknown_nested_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="no_such_field"):
+        Settings(ingest={"no_such_field": 1})
+    monkeypatch.setenv("RAGLINE_INDEX__POLL_SECOND", "1")  # a typo must not be silently ignored
+    with pytest.raises(ValueError, match="poll_second"):
+        Settings()

@@ -1,0 +1,293 @@
+"""``ragline connect fs PATH`` and ``ragline connect sitemap URL``: incremental syncs over the
+client, on the connector kit (``ragline_client.connector``).
+
+It walks a tree (PDF, HTML, Markdown, text), pushes files that are new or whose content
+changed, updates ACLs that alone changed, deletes documents whose files disappeared, and
+with ``--watch`` syncs again on every change ``watchfiles`` reports. Its state (per file:
+content hash and ACL) lives in the server's catalog under the connector's name, so a second
+run over an unchanged tree sends nothing and a restart resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fnmatch
+import grp
+import hashlib
+import json
+import os
+import pwd
+import stat
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cli.output import add_json_flag
+from core.errors import InvalidInputError
+from core.validation import acl_principal
+from ingest.files import MIME_BY_SUFFIX, walk
+from ragline_client import AclIn, Client, Connector, DocumentIn, FileDocument, Item, Listing, RaglineError
+from ragline_client.connector import Syncer, SyncReport
+from ragline_client.sitemap import SitemapConnector, SitemapError
+
+# Files above this go as streamed uploads, not base64 inside a JSON batch (which grows them
+# by a third and must fit the server's body limit with the rest of the batch).
+INLINE_MAX_BYTES = 1024 * 1024
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    connect = sub.add_parser("connect", help="sync a source into a ragline server")
+    csub = connect.add_subparsers(dest="connector", required=True)
+    epilog = (
+        " Exit codes: 0 all synced, 3 some items failed (run again to retry them),"
+        " 2 invalid arguments or a server error."
+    )
+    fs = csub.add_parser(
+        "fs",
+        help="sync a directory tree: push new and changed files, delete vanished ones",
+        description="Incremental filesystem sync through the API." + epilog,
+    )
+    fs.add_argument("path", type=Path)
+    acl = fs.add_mutually_exclusive_group(required=True)
+    acl.add_argument(
+        "--acl-map",
+        type=Path,
+        help="JSON: relative path, file name or glob -> {principals, public, title, metadata}",
+    )
+    acl.add_argument(
+        "--posix-acl", action="store_true", help="readers from the file's owner, group (g+r) and o+r (public)"
+    )
+    fs.add_argument("--watch", action="store_true", help="keep syncing on every change under PATH")
+    _common(fs, "fs-<dir>-<hash>")
+    fs.set_defaults(handler=_fs)
+    site = csub.add_parser(
+        "sitemap",
+        help="sync the pages a sitemap lists: push new and changed, delete dropped ones",
+        description="Incremental sync of a site's sitemap.xml (pages with <lastmod> are not"
+        " fetched unless it changed)." + epilog,
+    )
+    site.add_argument("sitemap_url")
+    readers = site.add_mutually_exclusive_group(required=True)
+    readers.add_argument("--acl", help="comma-separated readers of every page, e.g. group:eng,user:bob")
+    readers.add_argument("--public", action="store_true", help="every page readable by the whole tenant")
+    _common(site, "sitemap-<host>-<hash>")
+    site.set_defaults(handler=_sitemap)
+
+
+def _common(parser: argparse.ArgumentParser, default_name: str) -> None:
+    parser.add_argument("--tenant", required=True, help="must be the tenant of the API key")
+    parser.add_argument("--name", help=f"the connector's name for its sync state (default: {default_name})")
+    parser.add_argument("--url", default=os.environ.get("RAGLINE_API_URL"), help="default: $RAGLINE_API_URL")
+    parser.add_argument("--key", default=os.environ.get("RAGLINE_API_KEY"), help="default: $RAGLINE_API_KEY")
+    parser.add_argument(
+        "--no-wait", action="store_true", help="record items once accepted, not once ingested"
+    )
+    add_json_flag(parser)
+
+
+EXIT_SOME_FAILED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AclRule:
+    acl: AclIn
+    title: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+class AclMap:
+    """Rules from a JSON file: a key is a relative path, a file name or an ``fnmatch`` glob
+    (``"hr/*"``, ``"*"`` for a default); exact keys win over globs, globs in file order."""
+
+    def __init__(self, rules: Mapping[str, Mapping[str, Any]]) -> None:
+        self._rules: dict[str, AclRule] = {}
+        for key, entry in rules.items():
+            acl_entry = entry.get("acl", entry)
+            self._rules[key] = AclRule(
+                acl=AclIn(
+                    principals=list(acl_entry.get("principals", [])), public=acl_entry.get("public", False)
+                ),
+                title=entry.get("title"),
+                metadata=dict(entry.get("metadata", {})),
+            )
+
+    @classmethod
+    def load(cls, path: Path) -> AclMap:
+        try:
+            return cls(json.loads(path.read_text()))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise InvalidInputError(f"cannot read the ACL map {path}: {exc}") from exc
+
+    def rule(self, rel: str) -> AclRule | None:
+        exact = self._rules.get(rel) or self._rules.get(Path(rel).name)
+        if exact is not None:
+            return exact
+        return next((r for k, r in self._rules.items() if fnmatch.fnmatchcase(rel, k)), None)
+
+
+def posix_rule(path: Path) -> AclRule:
+    """Readers from the file's mode: its owner, its group when group-readable, everyone in
+    the tenant when world-readable."""
+    info = path.stat()
+    principals = [f"user:{_name(pwd.getpwuid, info.st_uid)}"]
+    if info.st_mode & stat.S_IRGRP:
+        principals.append(f"group:{_name(grp.getgrgid, info.st_gid)}")
+    return AclRule(acl=AclIn(principals=principals, public=bool(info.st_mode & stat.S_IROTH)))
+
+
+def _name(lookup: Any, ident: int) -> str:
+    try:
+        return str(lookup(ident)[0])
+    except KeyError:  # no passwd/group entry (a container, an NFS uid): the number names it
+        return str(ident)
+
+
+class FsConnector(Connector):
+    """A directory tree as a source; external ids are paths relative to the root."""
+
+    def __init__(self, root: Path, *, name: str, acl_map: AclMap | None) -> None:
+        self.root = root
+        self.name = name
+        self.acl_map = acl_map
+        self._files: dict[str, tuple[Path, AclRule]] = {}
+        self.unmapped: list[str] = []
+
+    def list_items(self, cursor: str | None) -> Listing:
+        self._files.clear()
+        self.unmapped = []
+        items = []
+        found, _skipped = walk([self.root])
+        for path, rel in found:
+            rule = self.acl_map.rule(rel) if self.acl_map is not None else posix_rule(path)
+            if rule is None:
+                # Guessing readers would be wrong either way: the file fails on load, visibly,
+                # and is never recorded, so it is tried again once the map covers it.
+                self.unmapped.append(rel)
+            try:
+                digest = _sha256(path)
+            except OSError:
+                continue  # vanished between walk and read: the next run sees it gone
+            rule = rule or AclRule(acl=AclIn())
+            self._files[rel] = (path, rule)
+            items.append(Item(external_id=rel, fingerprint=f"sha256:{digest}", acl=rule.acl))
+        return Listing(items=items, complete=True)
+
+    def load(self, item: Item) -> DocumentIn | FileDocument:
+        if item.external_id in self.unmapped:
+            raise ValueError(f"no rule in the ACL map matches {item.external_id!r}")
+        path, rule = self._files[item.external_id]
+        mime = MIME_BY_SUFFIX[path.suffix.lower()]
+        meta = {"path": item.external_id, **rule.metadata}
+        if path.stat().st_size > INLINE_MAX_BYTES:
+            return FileDocument(path, item.external_id, mime, item.acl, title=rule.title, metadata=meta)
+        return DocumentIn(
+            external_id=item.external_id,
+            title=rule.title,
+            content_base64=base64.b64encode(path.read_bytes()).decode("ascii"),
+            mime_type=mime,
+            metadata=meta,
+            acl=item.acl,
+        )
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _state_name(kind: str, label: str, identity: str) -> str:
+    stem = "".join(c if c.isalnum() or c in "_.-" else "-" for c in label)[:40] or "root"
+    return f"{kind}-{stem}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
+
+
+def default_name(root: Path) -> str:
+    resolved = root.resolve()
+    return _state_name("fs", resolved.name, str(resolved))
+
+
+def _fs(args: argparse.Namespace) -> int:
+    if not args.path.is_dir():
+        raise InvalidInputError(f"{args.path} is not a directory")
+    acl_map = AclMap.load(args.acl_map) if args.acl_map else None
+    connector = FsConnector(args.path, name=args.name or default_name(args.path), acl_map=acl_map)
+    return _connect(args, connector, watch=args.path if args.watch else None)
+
+
+def _sitemap(args: argparse.Namespace) -> int:
+    principals = sorted({acl_principal(p.strip()) for p in (args.acl or "").split(",") if p.strip()})
+    if not args.public and not principals:
+        raise InvalidInputError("--acl names no reader")
+    name = args.name or _state_name("sitemap", httpx.URL(args.sitemap_url).host, args.sitemap_url)
+    with httpx.Client(timeout=30.0, follow_redirects=True) as http:
+        connector = SitemapConnector(
+            args.sitemap_url, name=name, acl=AclIn(principals=principals, public=args.public), http=http
+        )
+        return _connect(args, connector, watch=None)
+
+
+def _connect(args: argparse.Namespace, connector: Connector, *, watch: Path | None) -> int:
+    """Check the key's tenant, sync once, then (``watch``) again on every change under it."""
+    if not args.url or not args.key:
+        raise InvalidInputError("give --url and --key (or RAGLINE_API_URL and RAGLINE_API_KEY)")
+    try:
+        with Client(args.url, args.key) as client:
+            me = client.me()
+            if me.tenant_id != args.tenant:
+                raise InvalidInputError(
+                    f"--tenant {args.tenant} does not match the API key's tenant {me.tenant_id}"
+                )
+            syncer = Syncer(client, connector, wait=not args.no_wait)
+            report = _sync_once(syncer, as_json=args.json)
+            if watch is not None:
+                report = _watch(syncer, watch, as_json=args.json)
+    except (RaglineError, SitemapError, httpx.HTTPError) as exc:
+        # A server or a source (a sitemap) that cannot be read: a clear error, not a traceback.
+        print(f"ragline: error: {exc}", file=sys.stderr)
+        return 2
+    return EXIT_SOME_FAILED if report.failed else 0
+
+
+def _sync_once(syncer: Syncer, *, as_json: bool) -> SyncReport:
+    from core.progress import Progress
+
+    plan = syncer.plan()
+    progress = Progress(plan.total)
+    try:
+        report = syncer.apply(plan, progress)
+    finally:
+        progress.close()
+    if as_json:
+        print(json.dumps(report.summary()), flush=True)
+    else:
+        print(
+            "pushed {pushed}  unchanged {unchanged}  deleted {deleted}  failed {failed}".format(
+                **report.summary()
+            ),
+            flush=True,
+        )
+        for external_id, message in sorted(report.errors.items()):
+            print(f"  failed {external_id}: {message}", file=sys.stderr)
+    return report
+
+
+def _watch(syncer: Syncer, root: Path, *, as_json: bool) -> SyncReport:
+    """Sync again after every batch of changes watchfiles reports (it debounces bursts);
+    ends on Ctrl-C with the last run's report."""
+    import watchfiles
+
+    report = SyncReport()
+
+    def relevant(_change: watchfiles.Change, path: str) -> bool:
+        return Path(path).suffix.lower() in MIME_BY_SUFFIX
+
+    try:
+        for _changes in watchfiles.watch(root, watch_filter=relevant, debounce=500):
+            report = _sync_once(syncer, as_json=as_json)
+    except KeyboardInterrupt:
+        pass
+    return report

@@ -1,0 +1,86 @@
+"""Cron schedules for rebuild and re-embed jobs.
+
+A schedule is due when its ``next_run_at`` has passed. Running it first advances
+``next_run_at`` to the next window after *now* with a compare-and-set, so a window runs once
+however many processes look at it, and a server that was down for N windows catches up with
+one run, not N. The servers' maintenance loop calls :func:`run_due` under its advisory lock;
+``ragline jobs run-due`` is the same call for an external cron.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from croniter import croniter
+
+from catalog import schedules as schedules_repo
+from core.errors import InvalidInputError
+
+log = logging.getLogger(__name__)
+
+# A job kind -> runs it with the schedule's stored arguments and returns a one-line result.
+ScheduleRunner = Callable[[Mapping[str, Any]], str]
+JOBS = ("rebuild", "reembed")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRun:
+    schedule_id: int
+    job: str
+    result: str
+
+
+def validate_cron(expression: str) -> str:
+    if not croniter.is_valid(expression):
+        raise InvalidInputError(f"not a cron expression: {expression!r} (five fields, e.g. '0 3 * * 0')")
+    return expression
+
+
+def next_after(expression: str, after: datetime) -> datetime:
+    """The first window of ``expression`` strictly after ``after`` (UTC)."""
+    return croniter(expression, after.astimezone(UTC)).get_next(datetime)
+
+
+def add(
+    conn: psycopg.Connection, *, job: str, cron: str, args: Mapping[str, Any], actor: str, now: datetime
+) -> schedules_repo.ScheduleRow:
+    if job not in JOBS:
+        raise InvalidInputError(f"job must be one of {JOBS}, got {job!r}")
+    return schedules_repo.add_schedule(
+        conn,
+        job=job,
+        cron=validate_cron(cron),
+        args=args,
+        next_run_at=next_after(cron, now),
+        created_by=actor,
+    )
+
+
+def run_due(
+    conn: psycopg.Connection, *, now: datetime, runners: Mapping[str, ScheduleRunner]
+) -> list[ScheduledRun]:
+    """Run every schedule due at ``now`` once; ``conn`` must be in autocommit mode."""
+    ran = []
+    for schedule in schedules_repo.due_schedules(conn, now=now):
+        following = next_after(schedule.cron, now)  # every missed window collapses into this run
+        claimed = schedules_repo.claim_run(
+            conn, schedule_id=schedule.schedule_id, expected_next=schedule.next_run_at, next_run_at=following
+        )
+        if not claimed:  # another process took this window
+            continue
+        runner = runners.get(schedule.job)
+        try:
+            if runner is None:
+                raise InvalidInputError(f"this process cannot run {schedule.job} jobs")
+            result = runner(schedule.args)
+        except Exception as exc:  # recorded on the schedule; the next window tries again
+            log.exception("scheduled %s (schedule %s) failed", schedule.job, schedule.schedule_id)
+            result = f"failed: {type(exc).__name__}: {exc}"
+        schedules_repo.record_result(conn, schedule_id=schedule.schedule_id, result=result)
+        ran.append(ScheduledRun(schedule.schedule_id, schedule.job, result))
+    return ran

@@ -1,0 +1,512 @@
+"""The wire models of the ragline HTTP API, shared by the server and this client.
+
+The server's routes declare these as their request and response models (``api/schemas.py``
+re-exports them), so ``/openapi.json`` and the client validate one definition and cannot
+drift. Limits that a deployment's settings hold (``top_k``, query length, batch size) are not
+here: the server adds them (``retrieve_in_model``) and tells clients through ``GET /v1/me``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import date, datetime
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+MIME_TYPES = ("application/pdf", "text/html", "text/markdown", "text/plain")
+MimeType = Literal["application/pdf", "text/html", "text/markdown", "text/plain"]
+AclEntry = Annotated[str, StringConstraints(pattern=r"^(user|group|service):[^\s]{1,200}$")]
+MetaKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+MetaValue = Annotated[str, StringConstraints(max_length=2000)] | int | float | bool | None
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AclIn(Strict):
+    principals: list[AclEntry] = Field(default_factory=list, max_length=1000)
+    public: bool = False
+
+
+class DocumentIn(Strict):
+    external_id: Annotated[str, StringConstraints(min_length=1, max_length=512)]
+    title: Annotated[str, StringConstraints(max_length=1000)] | None = None
+    text: str | None = None
+    content_base64: str | None = None
+    mime_type: MimeType | None = None
+    metadata: dict[MetaKey, MetaValue] = Field(default_factory=dict, max_length=64)
+    acl: AclIn = Field(default_factory=AclIn)
+
+    @model_validator(mode="after")
+    def _one_body(self) -> DocumentIn:
+        if (self.text is None) == (self.content_base64 is None):
+            raise ValueError("give exactly one of text or content_base64")
+        if self.content_base64 is not None and self.mime_type is None:
+            raise ValueError("content_base64 needs a mime_type")
+        return self
+
+    def content(self) -> bytes:
+        if self.text is not None:
+            return self.text.encode("utf-8")
+        try:
+            return base64.b64decode(self.content_base64 or "", validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError("content_base64 is not valid base64") from exc
+
+    @property
+    def effective_mime(self) -> str:
+        return self.mime_type or "text/plain"
+
+
+class Rejection(BaseModel):
+    index: int
+    external_id: str | None
+    code: str
+    message: str
+
+
+class PushResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job_id": "0b7e3c1a-5f7d-4d8e-9a63-2f4b8c1d9e70",
+                    "accepted": 2,
+                    "rejections": [
+                        {
+                            "index": 2,
+                            "external_id": "doc-3",
+                            "code": "duplicate_external_id",
+                            "message": "external_id appears twice in this batch",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    job_id: str | None
+    accepted: int
+    rejections: list[Rejection]
+
+
+class ItemError(BaseModel):
+    item_no: int
+    external_id: str
+    code: str | None
+    message: str | None
+
+
+class JobDocuments(BaseModel):
+    total: int
+    done: int
+    failed: int
+    unchanged: int
+
+
+class JobThroughput(BaseModel):
+    seconds: float
+    documents_per_s: float
+    chunks_per_s: float
+    bytes_per_s: float
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job_id": "0b7e3c1a-5f7d-4d8e-9a63-2f4b8c1d9e70",
+                    "kind": "ingest",
+                    "state": "partially_failed",
+                    "documents": {"total": 3, "done": 2, "failed": 1, "unchanged": 0},
+                    "pages": 14,
+                    "chunks": 61,
+                    "bytes": 183422,
+                    "throughput": {
+                        "seconds": 2.314,
+                        "documents_per_s": 0.864,
+                        "chunks_per_s": 26.361,
+                        "bytes_per_s": 79266.206,
+                    },
+                    "created_at": "2026-01-05T09:12:03.120431+00:00",
+                    "started_at": "2026-01-05T09:12:03.402117+00:00",
+                    "finished_at": "2026-01-05T09:12:05.716002+00:00",
+                    "errors": [
+                        {
+                            "item_no": 2,
+                            "external_id": "scan.pdf",
+                            "code": "encrypted_pdf",
+                            "message": "the PDF is encrypted",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    job_id: str
+    kind: str
+    state: str
+    documents: JobDocuments
+    pages: int
+    chunks: int
+    bytes: int
+    throughput: JobThroughput
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    errors: list[ItemError] = Field(default_factory=list)
+
+
+class AclUpdate(Strict):
+    principals: list[AclEntry] = Field(default_factory=list, max_length=1000)
+    public: bool = False
+
+    @field_validator("principals")
+    @classmethod
+    def _dedupe(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))
+
+
+class AclView(BaseModel):
+    principals: list[str]
+    public: bool
+
+
+class DocumentAclOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"external_id": "runbook-42", "acl": {"principals": ["group:sre"], "public": False}}]
+        }
+    )
+    external_id: str
+    acl: AclView
+
+
+class DocumentDeletedOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"external_id": "runbook-42", "deleted": True, "chunks_tombstoned": 12}]
+        }
+    )
+    external_id: str
+    deleted: bool
+    chunks_tombstoned: int
+
+
+class GroupsOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"principal": "user:bob", "groups": ["group:eng", "group:sre"]}]}
+    )
+    principal: str
+    groups: list[str]
+
+
+class HealthOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+    status: Literal["ok"]
+
+
+class ReadyChecks(BaseModel):
+    database: str
+    indexes: str
+
+
+class ReadyOut(BaseModel):
+    """Readiness; ``not_ready`` comes with status 503 and the failing check's reason."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"status": "ready", "checks": {"database": "ok", "indexes": "ok"}},
+                {"status": "not_ready", "checks": {"database": "unavailable: PoolTimeout", "indexes": "ok"}},
+            ]
+        }
+    )
+    status: Literal["ready", "not_ready"]
+    checks: ReadyChecks
+
+
+# --- retrieval ------------------------------------------------------------------------------
+
+FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+class FiltersIn(Strict):
+    source: list[FilterValue] = Field(default_factory=list, max_length=100)
+    mime_type: list[FilterValue] = Field(default_factory=list, max_length=10)
+    created_after: datetime | date | None = None
+    created_before: datetime | date | None = None
+    metadata: dict[MetaKey, FilterValue | list[FilterValue]] = Field(default_factory=dict, max_length=32)
+
+
+class RetrieveInBase(Strict):
+    """The shape of a retrieval request. The fields whose limits settings hold have none
+    here: ``retrieve_in_model`` gives them, so use the model it builds, not this one."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "query": "how do I fail over the PostgreSQL primary?",
+                    "top_k": 5,
+                    "filters": {"source": ["runbooks"], "created_after": "2025-01-01"},
+                    "max_context_tokens": 400,
+                }
+            ]
+        }
+    )
+    query: str
+    top_k: int
+    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
+    filters: FiltersIn = Field(default_factory=FiltersIn)
+    rerank: bool | None = None
+    max_context_tokens: int
+    expand: Literal["none", "parent"] = "none"
+    as_principal: Annotated[str, StringConstraints(max_length=256)] | None = None
+
+
+class ResultOut(BaseModel):
+    rank: int
+    chunk_id: str
+    document_external_id: str
+    title: str | None
+    text: str
+    score: float
+    stage_scores: dict[str, float]
+    page_range: tuple[int, int] | None
+    section_path: list[str]
+    char_offsets: tuple[int, int]
+    metadata: dict[str, JsonValue]
+
+
+class CitationOut(BaseModel):
+    """A span ``[start, end)`` of ``context.text`` and the ranks of the results it quotes."""
+
+    start: int
+    end: int
+    results: list[int]
+
+
+class ContextOut(BaseModel):
+    text: str
+    token_count: int
+    truncated: bool
+    notes: list[str]
+    citations: list[CitationOut]
+
+
+class DegradedStage(BaseModel):
+    stage: str
+    reason: str
+
+
+# The route builds this shape as plain JSON (skipping FastAPI's encoder on the hot path);
+# tests validate real answers against the model so the two cannot drift.
+class RetrieveOut(BaseModel):
+    """Ranked results, the context packed from them with citations, and how it was served."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "results": [
+                        {
+                            "rank": 1,
+                            "chunk_id": "9f2d4c7e1b3a5f60",
+                            "document_external_id": "runbook-42",
+                            "title": "PostgreSQL failover",
+                            "text": "Promote the standby with pg_ctl promote, then repoint the pooler.",
+                            "score": 0.0325,
+                            "stage_scores": {"dense": 0.71, "lexical": 7.94},
+                            "page_range": [3, 3],
+                            "section_path": ["Operations", "Failover"],
+                            "char_offsets": [1840, 1906],
+                            "metadata": {"source": "runbooks", "team": "sre"},
+                        }
+                    ],
+                    "context": {
+                        "text": "Promote the standby with pg_ctl promote, then repoint the pooler.",
+                        "token_count": 15,
+                        "truncated": False,
+                        "notes": [],
+                        "citations": [{"start": 0, "end": 66, "results": [1]}],
+                    },
+                    "index_version": "v-20260105-091203",
+                    "timings_ms": {
+                        "acl_filter": 0.4,
+                        "embed": 6.1,
+                        "dense": 1.2,
+                        "lexical": 0.9,
+                        "fusion": 0.1,
+                    },
+                    "degraded": [],
+                    "request_id": "4f1c2b9e0a7d4c3e8b6a5d2f1e0c9b8a",
+                }
+            ]
+        }
+    )
+    results: list[ResultOut]
+    context: ContextOut
+    index_version: str
+    timings_ms: dict[str, float]
+    degraded: list[DegradedStage]
+    request_id: str
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    request_id: str
+    # Only request validation failures (422 invalid_request) list the fields at fault.
+    details: list[ValidationIssue] | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: ``{"error": {"code", "message", "request_id"}}``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "error": {
+                        "code": "unauthenticated",
+                        "message": "missing bearer token: send 'Authorization: Bearer <api key>'",
+                        "request_id": "4f1c2b9e0a7d4c3e8b6a5d2f1e0c9b8a",
+                    }
+                }
+            ]
+        }
+    )
+    error: ErrorDetail
+
+
+# --- admin, identity and connector state ------------------------------------------------------
+
+
+class GroupsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    groups: list[str] = Field(default_factory=list, max_length=10_000)
+
+
+class LimitsOut(BaseModel):
+    """The request limits of this deployment a client must batch within."""
+
+    max_batch_documents: int
+    max_body_bytes: int
+    max_upload_bytes: int
+
+
+class MeOut(BaseModel):
+    """Who the key is (its tenant and principal), its roles, and the server's limits."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "tenant_id": "acme",
+                    "principal_id": "service:fs-connector",
+                    "roles": ["ingest"],
+                    "limits": {
+                        "max_batch_documents": 256,
+                        "max_body_bytes": 8388608,
+                        "max_upload_bytes": 268435456,
+                    },
+                }
+            ]
+        }
+    )
+    tenant_id: str
+    principal_id: str
+    roles: list[str]
+    limits: LimitsOut
+
+
+ConnectorName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+ItemKey = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+Fingerprint = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+
+class ConnectorStateOut(BaseModel):
+    """A connector's sync state in the catalog: its cursor and what it last sent, per item.
+
+    ``documents`` maps an external id to the fingerprint the connector recorded when the
+    server accepted it; ``groups`` maps a principal to the fingerprint of its group list.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "connector": "fs-share-1c3e9f2a",
+                    "tenant_id": "acme",
+                    "cursor": "2026-01-05T09:12:03+00:00",
+                    "documents": {"handbook.pdf": "sha256:9f2d...|acl:1c3e..."},
+                    "groups": {},
+                    "updated_at": "2026-01-05T09:12:05.716002+00:00",
+                }
+            ]
+        }
+    )
+    connector: str
+    tenant_id: str
+    cursor: str | None
+    documents: dict[str, str]
+    groups: dict[str, str]
+    updated_at: str | None
+
+
+class ConnectorStateUpdate(Strict):
+    """A merge into a connector's state: set or remove item fingerprints, move the cursor.
+
+    Merged, not replaced, so a connector can save after every batch and a crash loses at most
+    the batch in flight (which the server deduplicates by content hash when it is re-sent).
+    """
+
+    cursor: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    set_documents: dict[ItemKey, Fingerprint] = Field(default_factory=dict, max_length=10_000)
+    remove_documents: list[ItemKey] = Field(default_factory=list, max_length=10_000)
+    set_groups: dict[ItemKey, Fingerprint] = Field(default_factory=dict, max_length=10_000)
+    remove_groups: list[ItemKey] = Field(default_factory=list, max_length=10_000)
+
+
+class ConnectorStateSaved(BaseModel):
+    """The state after a merge: its cursor and how many items it now records."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "connector": "fs-share-1c3e9f2a",
+                    "cursor": None,
+                    "documents": 412,
+                    "groups": 0,
+                    "updated_at": "2026-01-05T09:12:05.716002+00:00",
+                }
+            ]
+        }
+    )
+    connector: str
+    cursor: str | None
+    documents: int
+    groups: int
+    updated_at: str

@@ -1,0 +1,86 @@
+"""A real ragline server on a loopback port (uvicorn in a thread, the full app on the
+session's model, PostgreSQL), so the client is tested over real HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.services import ingest_hook, search_hook
+from tests.integration.api.conftest import full_settings, make_key
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    url: str
+    db_url: str
+
+    def key(self, *roles: str, tenant: str = "acme", principal: str | None = None) -> str:
+        return make_key(self.db_url, tenant, list(roles), principal=principal)
+
+    def versions(self, external_id: str, tenant: str = "acme") -> int:
+        """How many versions the catalog holds of a document (a duplicate push adds one)."""
+        with psycopg.connect(self.db_url) as conn:
+            row = conn.execute(
+                "SELECT count(v.*) FROM documents d JOIN document_versions v USING (doc_id)"
+                " WHERE d.tenant_id = %s AND d.external_id = %s",
+                (tenant, external_id),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """A real transport that records ``METHOD path`` of every request it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(f"{request.method} {request.url.path}")
+        return super().handle_request(request)
+
+    def writes(self) -> list[str]:
+        return [s for s in self.sent if not s.startswith("GET ")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:  # type: ignore[no-untyped-def]
+    # A batch limit of 2 makes a 3-document push take two batches.
+    settings = full_settings(db_url, tmp_path, api={"max_batch_documents": 2})
+    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    app = create_app(settings, hooks=hooks)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the test server did not start")
+        time.sleep(0.05)
+    runner = app.state.runner
+    runner.config = dataclasses.replace(runner.config, use_ray=False)
+    try:
+        yield LiveServer(url=f"http://127.0.0.1:{port}", db_url=db_url)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

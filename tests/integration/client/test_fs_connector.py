@@ -1,0 +1,272 @@
+"""The filesystem connector on the connector kit, against a real server: first sync pushes
+everything, a second sends nothing, a change makes one new version, a deleted file is gone
+from retrieval, an ACL change alone is one PUT, and a sync killed midway resumes without
+duplicates. The CLI runs as ``ragline connect fs`` in a subprocess, once with ``--watch``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from cli.connect import AclMap, FsConnector, posix_rule
+from ragline_client import Client, Connector, DocumentIn, FileDocument, Item, Listing, Syncer
+from ragline_client.models import ConnectorStateSaved, ConnectorStateUpdate
+from tests.integration.client.conftest import CountingTransport, LiveServer
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+FILES = {
+    "failover.md": "# Failover\n\nPromote the standby with pg_ctl promote, then repoint the pooler.\n",
+    "lunch.txt": "Monday: soup. Tuesday: pasta with tomato sauce. Wednesday: fish and chips.\n",
+    "guide/vpn.html": "<html><body><h1>VPN</h1><p>Install the wireguard profile.</p></body></html>",
+    "hr/pay.txt": "Confidential salary bands for the engineering ladder.\n",
+}
+ACL_MAP = {"hr/*": {"principals": ["group:hr"]}, "*": {"public": True}}
+
+
+def _tree(root: Path) -> Path:
+    for rel, text in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "notes.bin").write_bytes(b"\x00\x01")  # not a supported type: never sent
+    return root
+
+
+def _map(tmp_path: Path, rules: dict = ACL_MAP) -> AclMap:
+    path = tmp_path / "acl-map.json"
+    path.write_text(json.dumps(rules))
+    return AclMap.load(path)
+
+
+def _ids(client: Client, query: str) -> list[str]:
+    return [r.document_external_id for r in client.retrieve(query).results]
+
+
+def test_incremental_sync_push_unchanged_change_delete_acl(live_server: LiveServer, tmp_path: Path) -> None:
+    root = _tree(tmp_path / "share")
+    transport = CountingTransport()
+    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
+    reader = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    connector = FsConnector(root, name="fs-share", acl_map=_map(tmp_path))
+
+    first = Syncer(client, connector).run()
+    assert first.summary() == {"pushed": 4, "unchanged": 0, "deleted": 0, "failed": 0}
+    assert "failover.md" in _ids(reader, "promote the standby")
+    assert "hr/pay.txt" not in _ids(reader, "salary bands engineering ladder")
+
+    transport.sent.clear()
+    second = Syncer(client, connector).run()
+    assert second.summary() == {"pushed": 0, "unchanged": 4, "deleted": 0, "failed": 0}
+    assert transport.writes() == []  # nothing sent: no push, upload, delete, ACL or state write
+
+    (root / "failover.md").write_text(
+        FILES["failover.md"] + "\nThen check replication lag on the new primary.\n"
+    )
+    changed = Syncer(client, connector).run()
+    assert changed.summary() == {"pushed": 1, "unchanged": 3, "deleted": 0, "failed": 0}
+    assert live_server.versions("failover.md") == 2 and live_server.versions("lunch.txt") == 1
+
+    (root / "lunch.txt").unlink()
+    assert _ids(reader, "soup pasta fish")[0] == "lunch.txt"
+    gone = Syncer(client, connector).run()
+    assert gone.summary() == {"pushed": 0, "unchanged": 3, "deleted": 1, "failed": 0}
+    assert "lunch.txt" not in _ids(reader, "soup pasta fish")
+
+    # An ACL change alone: one PUT, no re-ingest.
+    connector.acl_map = _map(
+        tmp_path, {"hr/*": {"principals": ["group:hr", "user:ann"]}, "*": {"public": True}}
+    )
+    transport.sent.clear()
+    acl = Syncer(client, connector).run()
+    assert (acl.acl_updated, acl.pushed) == (1, 0)
+    assert [s for s in transport.writes() if "/documents" in s] == ["PUT /v1/documents/hr/pay.txt/acl"]
+    assert "hr/pay.txt" in _ids(reader, "salary bands engineering ladder")
+
+
+class _KilledAfter(FsConnector):
+    """Fault injection: the process dies (KeyboardInterrupt) when loading the n-th file."""
+
+    def __init__(self, *args: object, after: int, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.loads, self.after = 0, after
+
+    def load(self, item: Item) -> DocumentIn | FileDocument:
+        self.loads += 1
+        if self.loads > self.after:
+            raise KeyboardInterrupt
+        return super().load(item)
+
+
+class _DiesSavingState(Client):
+    """Fault injection: the process dies after the server accepted a batch, before the state
+    recording it was saved (the worst moment)."""
+
+    def save_connector_state(self, name: str, update: ConnectorStateUpdate) -> ConnectorStateSaved:
+        raise KeyboardInterrupt
+
+
+def test_killed_sync_resumes_without_duplicates(live_server: LiveServer, tmp_path: Path) -> None:
+    root = _tree(tmp_path / "share")
+    key = live_server.key("ingest")
+    acl_map = _map(tmp_path)
+    # Killed on the third file: the server's batch limit is 2, so one batch was recorded.
+    with pytest.raises(KeyboardInterrupt):
+        Syncer(Client(live_server.url, key), _KilledAfter(root, name="fs-k", acl_map=acl_map, after=2)).run()
+    assert len(Client(live_server.url, key).connector_state("fs-k").documents) == 2
+    transport = CountingTransport()
+    resumed = Syncer(
+        Client(live_server.url, key, transport=transport), FsConnector(root, name="fs-k", acl_map=acl_map)
+    )
+    report = resumed.run()
+    assert (report.pushed, report.unchanged, report.failed) == (2, 2, 0)
+    assert transport.sent.count("POST /v1/documents") == 1
+
+    # Killed after the server accepted a batch but before the state said so: the restart
+    # sends that batch again and the server finds it unchanged by content hash.
+    with pytest.raises(KeyboardInterrupt):
+        Syncer(_DiesSavingState(live_server.url, key), FsConnector(root, name="fs-s", acl_map=acl_map)).run()
+    again = Syncer(Client(live_server.url, key), FsConnector(root, name="fs-s", acl_map=acl_map)).run()
+    assert again.pushed == 4
+    client = Client(live_server.url, key)
+    assert sum(client.job(j).documents.unchanged for j in again.job_ids) >= 2
+    assert all(live_server.versions(rel) == 1 for rel in FILES)
+
+
+def test_posix_acl(tmp_path: Path) -> None:
+    f = tmp_path / "a.txt"
+    f.write_text("x")
+    f.chmod(0o640)
+    rule = posix_rule(f)
+    assert rule.acl.principals[0].startswith("user:") and rule.acl.principals[1].startswith("group:")
+    assert rule.acl.public is False
+    f.chmod(0o600)
+    assert len(posix_rule(f).acl.principals) == 1
+    f.chmod(0o644)
+    assert posix_rule(f).acl.public is True
+
+
+def _cli_env(server: LiveServer, key: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": server.url, "RAGLINE_API_KEY": key}
+
+
+def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp_path: Path) -> None:
+    root = _tree(tmp_path / "share")
+    (tmp_path / "map.json").write_text(json.dumps(ACL_MAP))
+    key = live_server.key("ingest")
+    cmd = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "connect",
+        "fs",
+        str(root),
+        "--acl-map",
+        str(tmp_path / "map.json"),
+    ]
+    env = _cli_env(live_server, key)
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [*cmd, *extra], env=env, cwd=REPO, capture_output=True, text=True, timeout=180, check=False
+    )
+    first = run("--tenant", "acme", "--json")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert json.loads(first.stdout.strip().splitlines()[-1]) == {
+        "pushed": 4,
+        "unchanged": 0,
+        "deleted": 0,
+        "failed": 0,
+    }
+    wrong = run("--tenant", "globex", "--json")
+    assert wrong.returncode == 2 and "tenant acme" in wrong.stderr
+
+    watch = subprocess.Popen(
+        [*cmd, "--tenant", "acme", "--json", "--watch"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert json.loads(watch.stdout.readline()) == {"pushed": 0, "unchanged": 4, "deleted": 0, "failed": 0}
+        time.sleep(0.5)  # the watcher is set up right after the first sync prints
+        (root / "new.md").write_text("# Parking\n\nVisitors park on level two of the garage.\n")
+        line = watch.stdout.readline()
+        assert json.loads(line) == {"pushed": 1, "unchanged": 4, "deleted": 0, "failed": 0}, line
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=30)
+    assert watch.returncode == 0, watch.stderr.read()[-2000:]
+
+
+def test_readme_connector_example_runs(live_server: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """The "Writing a connector" example in README.md, run as written against the server."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Writing a connector", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    pages = {
+        "a": ("# Alpha\n\nThe alpha runbook.", ["group:eng"]),
+        "b": ("# Beta\n\nBeta notes.", ["user:x"]),
+    }
+    code = code.replace("http://localhost:8000", live_server.url)
+    exec(
+        compile(code, "README.md", "exec"),
+        {"fetch_pages": lambda: pages, "ingest_key": live_server.key("ingest")},
+    )
+    assert "{'pushed': 2, 'unchanged': 0, 'deleted': 0, 'failed': 0}" in capsys.readouterr().out
+
+
+def test_large_files_go_as_uploads(
+    live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cli.connect.INLINE_MAX_BYTES", 10)
+    root = _tree(tmp_path / "share")
+    transport = CountingTransport()
+    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
+    report = Syncer(client, FsConnector(root, name="fs-up", acl_map=_map(tmp_path))).run()
+    assert report.summary() == {"pushed": 4, "unchanged": 0, "deleted": 0, "failed": 0}
+    assert transport.sent.count("POST /v1/documents:upload") == 4
+    assert "POST /v1/documents" not in transport.sent
+
+
+class _Directory(Connector):
+    """A source of group memberships only (a directory service)."""
+
+    name = "directory"
+
+    def __init__(self, members: dict[str, list[str]]) -> None:
+        self.members = members
+
+    def list_items(self, cursor: str | None) -> Listing:
+        return Listing(items=[], cursor="dir-cursor-1")
+
+    def load(self, item: Item) -> DocumentIn:
+        raise AssertionError("a directory has no documents")
+
+    def groups(self) -> dict[str, list[str]]:
+        return self.members
+
+
+def test_groups_sync_incrementally(live_server: LiveServer) -> None:
+    transport = CountingTransport()
+    client = Client(live_server.url, live_server.key("ingest", "admin"), transport=transport)
+    directory = _Directory({"user:ann": ["group:hr"], "user:bob": ["group:eng", "group:sre"]})
+    assert Syncer(client, directory).run().groups_synced == 2
+    transport.sent.clear()
+    assert Syncer(client, directory).run().groups_synced == 0
+    assert [s for s in transport.writes() if "/principals/" in s] == []
+    directory.members = {"user:ann": ["group:hr", "group:eng"]}  # bob left the directory
+    assert Syncer(client, directory).run().groups_synced == 2
+    state = client.connector_state("directory")
+    assert set(state.groups) == {"user:ann"} and state.cursor == "dir-cursor-1"
+    with psycopg.connect(live_server.db_url) as conn:
+        rows = conn.execute("SELECT principal_id, group_id FROM group_members ORDER BY 1, 2").fetchall()
+    assert rows == [("user:ann", "group:eng"), ("user:ann", "group:hr")]

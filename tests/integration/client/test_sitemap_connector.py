@@ -1,0 +1,105 @@
+"""The sitemap connector against a site served in the test and a real ragline server: pages
+with ``<lastmod>`` are not fetched again while it stands still, a changed page is one new
+version, a page dropped from the sitemap is deleted, a sitemap index is followed."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from ragline_client import AclIn, Client, Syncer
+from ragline_client.sitemap import SitemapConnector, SitemapError
+from tests.integration.client.conftest import LiveServer
+
+pytestmark = pytest.mark.integration
+
+
+class Site:
+    """Pages by path as (content type, body); counts the GETs of each path."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, tuple[str, bytes]] = {}
+        self.hits: Counter[str] = Counter()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                site.hits[self.path] += 1
+                if self.path not in site.pages:
+                    self.send_error(404)
+                    return
+                ctype, body = site.pages[self.path]
+                self.send_response(200)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def sitemap(self, entries: dict[str, str | None]) -> None:
+        urls = "".join(
+            f"<url><loc>{self.url}{path}</loc>" + (f"<lastmod>{mod}</lastmod>" if mod else "") + "</url>"
+            for path, mod in entries.items()
+        )
+        body = f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>'
+        self.pages["/pages.xml"] = ("application/xml", body.encode())
+        index = (
+            '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"<sitemap><loc>{self.url}/pages.xml</loc></sitemap></sitemapindex>"
+        )
+        self.pages["/sitemap.xml"] = ("application/xml", index.encode())
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    s = Site()
+    threading.Thread(target=s.server.serve_forever, daemon=True).start()
+    yield s
+    s.server.shutdown()
+    s.server.server_close()
+
+
+def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
+    site.pages["/vpn.html"] = (
+        "text/html",
+        b"<h1>VPN</h1><p>Install the wireguard profile from the portal.</p>",
+    )
+    site.pages["/parking.html"] = ("text/html; charset=utf-8", b"<p>Visitors park on level two.</p>")
+    site.pages["/faq.txt"] = ("text/plain", b"Expense claims are due by the fifth of each month.")
+    site.sitemap({"/vpn.html": "2026-01-01", "/parking.html": "2026-01-01", "/faq.txt": None})
+    client = Client(live_server.url, live_server.key("ingest"))
+    reader = Client(live_server.url, live_server.key("query", principal="user:zed"))
+    with httpx.Client() as http:
+        connector = SitemapConnector(
+            f"{site.url}/sitemap.xml", name="site", acl=AclIn(public=True), http=http
+        )
+        assert Syncer(client, connector).run().summary() == {
+            "pushed": 3, "unchanged": 0, "deleted": 0, "failed": 0
+        }  # fmt: skip
+        site.hits.clear()
+        assert Syncer(client, connector).run().pushed == 0
+        # Unchanged: the sitemaps and the page without lastmod are read, no other page.
+        assert set(site.hits) == {"/sitemap.xml", "/pages.xml", "/faq.txt"}
+
+        site.pages["/vpn.html"] = ("text/html", b"<h1>VPN</h1><p>Use the new openvpn profile instead.</p>")
+        site.sitemap({"/vpn.html": "2026-02-01", "/faq.txt": None})  # parking dropped
+        report = Syncer(client, connector).run()
+        assert report.summary() == {"pushed": 1, "unchanged": 1, "deleted": 1, "failed": 0}
+        assert live_server.versions(f"{site.url}/vpn.html") == 2
+        hits = [r.document_external_id for r in reader.retrieve("where do visitors park").results]
+        assert f"{site.url}/parking.html" not in hits
+        assert reader.retrieve("openvpn profile").results[0].metadata["url"] == f"{site.url}/vpn.html"
+
+        site.pages["/sitemap.xml"] = ("application/xml", b'<!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>')
+        with pytest.raises(SitemapError):
+            Syncer(client, connector).run()
