@@ -240,10 +240,10 @@
       const d = j.documents;
       const actions = el("td", {});
       if (["queued", "running"].includes(j.state))
-        actions.append(el("button", { type: "button", onclick: () => jobAction(j.job_id, "cancel"), text: "Cancel" }));
+        actions.append(el("button", { type: "button", "data-action": "cancel", onclick: () => jobAction(j.job_id, "cancel"), text: "Cancel" }));
       if (["cancelled", "failed", "partially_failed"].includes(j.state))
-        actions.append(el("button", { type: "button", onclick: () => jobAction(j.job_id, "resume"), text: "Resume" }));
-      actions.append(el("button", { type: "button", onclick: () => jobDetail(j.job_id), text: "Details" }));
+        actions.append(el("button", { type: "button", "data-action": "resume", onclick: () => jobAction(j.job_id, "resume"), text: "Resume" }));
+      actions.append(el("button", { type: "button", "data-action": "details", onclick: () => jobDetail(j.job_id), text: "Details" }));
       return el("tr", { "data-job-id": j.job_id, "data-state": j.state },
         td(el("code", { text: j.job_id.slice(0, 8) })), td(j.kind), td(el("span", { class: "state " + j.state, text: j.state })),
         td(el("progress", { max: Math.max(d.total, 1), value: d.done, "aria-label": "progress of job " + j.job_id.slice(0, 8) }),

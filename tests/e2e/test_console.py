@@ -48,6 +48,7 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
     pytest.skip(missing, allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -157,7 +158,9 @@ def browser(console: Console) -> Iterator[WebDriver]:
 
 
 def _wait(driver: WebDriver, condition, timeout: float = WAIT_S):  # type: ignore[no-untyped-def]
-    return WebDriverWait(driver, timeout).until(condition)
+    return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(
+        condition
+    )
 
 
 def _shot(driver: WebDriver, console: Console, name: str) -> None:
@@ -242,6 +245,27 @@ def test_why_not_for_a_hidden_document(browser: WebDriver, console: Console) -> 
     _shot(browser, console, "why-not")
 
 
+def _job_state(driver: WebDriver, job_id: str) -> str | None:
+    """Read in the page's own JS: the table is re-rendered every second, so a Selenium element
+    handle can go stale between finding and reading it."""
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "const r = document.querySelector(`tr[data-job-id='${arguments[0]}']`); return r && r.dataset.state;",
+        job_id,
+    )
+
+
+def _job_click(driver: WebDriver, job_id: str, action: str) -> bool:
+    return bool(
+        driver.execute_script(
+            "const b = document.querySelector("
+            "`tr[data-job-id='${arguments[0]}'] button[data-action='${arguments[1]}']`);"
+            " if (!b) return false; b.click(); return true;",
+            job_id,
+            action,
+        )
+    )
+
+
 def test_watch_an_ingest_job_finish(browser: WebDriver, console: Console) -> None:
     browser.get(browser.current_url.split("#")[0] + "#jobs")
     docs = [
@@ -253,22 +277,22 @@ def test_watch_an_ingest_job_finish(browser: WebDriver, console: Console) -> Non
         for i in range(6)
     ]
     job_id = console.api("POST", "/v1/documents", "ingest", json={"documents": docs}).json()["job_id"]
-    row = (By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"]')
-    _wait(browser, ec.presence_of_element_located(row))
-    _wait(browser, lambda d: d.find_element(*row).get_attribute("data-state") == "succeeded")
-    assert "6/6" in browser.find_element(*row).text
-    browser.find_element(*row).find_element(By.XPATH, ".//button[text()='Details']").click()
+    _wait(browser, lambda d: _job_state(d, job_id) is not None)
+    _wait(browser, lambda d: _job_state(d, job_id) == "succeeded")
+    assert "6/6" in browser.execute_script(
+        "return document.querySelector(`tr[data-job-id='${arguments[0]}']`).textContent", job_id
+    )
+    _wait(browser, lambda d: _job_click(d, job_id, "details"))
     _wait(browser, ec.text_to_be_present_in_element((By.ID, "job-detail"), "No item errors"))
     # a job no runner has picked up yet: cancel it, then resume it, from the page
     with psycopg.connect(console.db_url) as conn:
         item = jobs_repo.NewItem(external_id="late", mime_type="text/plain", payload=b"A late memo.")
         queued = str(jobs_repo.create_job(conn, tenant_id="acme", kind="ingest", items=[item]))
-    row = (By.CSS_SELECTOR, f'tr[data-job-id="{queued}"]')
-    _wait(browser, lambda d: d.find_element(*row).get_attribute("data-state") == "queued")
-    browser.find_element(*row).find_element(By.XPATH, ".//button[text()='Cancel']").click()
-    _wait(browser, lambda d: d.find_element(*row).get_attribute("data-state") == "cancelled")
-    browser.find_element(*row).find_element(By.XPATH, ".//button[text()='Resume']").click()
-    _wait(browser, lambda d: d.find_element(*row).get_attribute("data-state") == "succeeded")
+    _wait(browser, lambda d: _job_state(d, queued) == "queued")
+    _wait(browser, lambda d: _job_click(d, queued, "cancel"))
+    _wait(browser, lambda d: _job_state(d, queued) == "cancelled")
+    _wait(browser, lambda d: _job_click(d, queued, "resume"))
+    _wait(browser, lambda d: _job_state(d, queued) == "succeeded")
     _shot(browser, console, "jobs")
 
 
