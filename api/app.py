@@ -115,6 +115,10 @@ def create_app(
     app.include_router(connectors.router)
     for router in extra_routers(retrieve_limits(settings)):
         app.include_router(router)
+    if settings.console.enabled:
+        from api.routes import console
+
+        app.include_router(console.build_router())
     return app
 
 
@@ -126,6 +130,6 @@ def default_hooks() -> list[ServiceHook]:
 
 
 def extra_routers(limits: RetrieveLimits) -> list[APIRouter]:
-    from api.routes import documents, jobs, retrieve
+    from api.routes import documents, jobs, operator, retrieve
 
-    return [documents.router, jobs.router, retrieve.build_router(limits)]
+    return [documents.router, jobs.router, retrieve.build_router(limits), operator.build_router(limits)]

@@ -93,8 +93,11 @@ def create_key(
     return NewKey(key_id, token, tenant_id, principal, tuple(sorted(set(roles))), can_delegate)
 
 
-def revoke(conn: psycopg.Connection, *, key_id: str, actor: str = "cli") -> bool:
-    done = repo.revoke_key(conn, key_id=key_id)
+def revoke(
+    conn: psycopg.Connection, *, key_id: str, actor: str = "cli", tenant_id: str | None = None
+) -> bool:
+    """Revoke a key; with ``tenant_id``, only one of that tenant's (an admin's own tenant)."""
+    done = repo.revoke_key(conn, key_id=key_id, tenant_id=tenant_id)
     if done:
         audit.record(conn, actor=actor, action="api_key.revoke", target=key_id)
     return done

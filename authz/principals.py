@@ -135,6 +135,24 @@ class KeyAuthenticator:
         )
         return CurrentPrincipal(user, position)
 
+    def impersonate(self, admin: Principal, as_principal: str) -> CurrentPrincipal:
+        """Any principal of the admin's tenant, for the operator console's "view as".
+
+        Separate from ``delegate``: it needs the ``admin`` role itself (not delegation), stays
+        inside the admin's tenant, and the result can only query.
+        """
+        if "admin" not in admin.roles:
+            raise PermissionDeniedError("only an admin key may search as another principal")
+        groups, position = self._groups(admin.tenant_id, as_principal)
+        user = Principal(
+            tenant_id=admin.tenant_id,
+            principal_id=as_principal,
+            groups=groups,
+            roles=frozenset({"query"}),
+            key_id=admin.key_id,
+        )
+        return CurrentPrincipal(user, position)
+
     def _groups(self, tenant_id: str, principal_id: str) -> tuple[tuple[str, ...], int]:
         try:
             with self._read_pool.connection() as conn:

@@ -285,10 +285,9 @@ def finish_job(conn: psycopg.Connection, *, job_id: uuid.UUID, error: str | None
         raise LookupError(f"job {job_id} not found")
     cancelled, total, failed, pending = row
     if cancelled:
+        # Cancelled items keep their payload: ``reopen_job`` (resume) can still run them.
         conn.execute(
-            "UPDATE job_items SET state = 'cancelled', payload = NULL"
-            " WHERE job_id = %s AND state = 'pending'",
-            (job_id,),
+            "UPDATE job_items SET state = 'cancelled' WHERE job_id = %s AND state = 'pending'", (job_id,)
         )
         state = "cancelled"
     elif error is not None or (total > 0 and failed == total):
@@ -343,3 +342,28 @@ def item_failures(conn: psycopg.Connection, *, job_id: uuid.UUID) -> dict[str, i
         (job_id,),
     ).fetchall()
     return {r[0]: int(r[1]) for r in rows}
+
+
+def reopen_job(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str | None) -> JobRow | None:
+    """Queue a finished job again for its items that never ran (pending or cancelled).
+
+    Failed items keep their outcome; counters stay right because cancelled items were never
+    counted. None when the job is not visible, still queued or running, or has nothing left.
+    """
+    row = conn.execute(
+        "UPDATE jobs SET state = 'queued', cancel_requested = false, error = NULL, finished_at = NULL,"
+        " updated_at = now() WHERE job_id = %s AND (%s::text IS NULL OR tenant_id = %s)"
+        " AND state IN ('cancelled', 'failed', 'partially_failed')"
+        " AND EXISTS (SELECT 1 FROM job_items i WHERE i.job_id = jobs.job_id"
+        "             AND i.state IN ('pending', 'cancelled'))"
+        " RETURNING job_id",
+        (job_id, tenant_id, tenant_id),
+    ).fetchone()
+    if row is None:
+        return None
+    conn.execute(
+        "UPDATE job_items SET state = 'pending', finished_at = NULL"
+        " WHERE job_id = %s AND state = 'cancelled'",
+        (job_id,),
+    )
+    return get_job(conn, job_id=job_id, tenant_id=tenant_id)

@@ -83,6 +83,32 @@ def replace_groups(conn: psycopg.Connection, *, tenant_id: str, principal_id: st
     record_change(conn, tenant_id=tenant_id, kind="groups")
 
 
+@dataclass(frozen=True, slots=True)
+class PrincipalRow:
+    principal_id: str
+    groups: tuple[str, ...]
+    active_keys: int
+    created_at: datetime
+
+
+def _principal(*, groups: list[str] | None, **columns: Any) -> PrincipalRow:
+    return PrincipalRow(groups=tuple(groups or ()), **columns)
+
+
+def list_principals(conn: psycopg.Connection, *, tenant_id: str, limit: int = 1000) -> list[PrincipalRow]:
+    """The tenant's principals with their groups and how many unrevoked keys each holds."""
+    with conn.cursor(row_factory=kwargs_row(_principal)) as cur:
+        return cur.execute(
+            "SELECT p.principal_id, p.created_at,"
+            " (SELECT array_agg(g.group_id ORDER BY g.group_id) FROM group_members g"
+            "  WHERE g.tenant_id = p.tenant_id AND g.principal_id = p.principal_id) AS groups,"
+            " (SELECT count(*) FROM api_keys k WHERE k.tenant_id = p.tenant_id"
+            "  AND k.principal_id = p.principal_id AND k.revoked_at IS NULL) AS active_keys"
+            " FROM principals p WHERE p.tenant_id = %s ORDER BY p.principal_id LIMIT %s",
+            (tenant_id, limit),
+        ).fetchall()
+
+
 def insert_key(
     conn: psycopg.Connection,
     *,
@@ -129,9 +155,12 @@ def list_keys(conn: psycopg.Connection, *, tenant_id: str | None = None) -> list
         ).fetchall()
 
 
-def revoke_key(conn: psycopg.Connection, *, key_id: str) -> bool:
+def revoke_key(conn: psycopg.Connection, *, key_id: str, tenant_id: str | None = None) -> bool:
+    """Revoke an active key (only within ``tenant_id`` when given); False if none matched."""
     cur = conn.execute(
-        "UPDATE api_keys SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL", (key_id,)
+        "UPDATE api_keys SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL"
+        " AND (%s::text IS NULL OR tenant_id = %s)",
+        (key_id, tenant_id, tenant_id),
     )
     return cur.rowcount == 1
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +15,7 @@ from cli.output import add_json_flag, print_json, print_rows
 from core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from catalog.indexes import AliasRow, VersionRow
+    from catalog.indexes import VersionRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -154,71 +153,30 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 
 def _swap(args: argparse.Namespace) -> int:
-    from catalog import audit, indexes
-    from index.manifest import verify_version
+    from jobs.index_admin import swap
 
     conn, _ = _conn(get_settings())
     with conn:
-        row = indexes.get_version(conn, version_id=args.version)
-        if row is not None:
-            verify_version(Path(row.path))  # refuse a corrupt version before any node tries it
-        with conn.transaction():
-            previous = indexes.swap_alias(conn, alias=args.alias, version_id=args.version)
-            audit.record(
-                conn,
-                actor="cli",
-                action="index.swap",
-                target=args.alias,
-                details={"from": previous, "to": args.version},
-            )
+        previous = swap(conn, alias=args.alias, version_id=args.version, actor="cli")
     print(f"{args.alias}: {previous} -> {args.version}")
     return 0
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from catalog import indexes
+    from jobs.index_admin import collect_garbage
 
     settings = get_settings()
     grace = args.grace_seconds if args.grace_seconds is not None else settings.index.gc_grace_seconds
     conn, _ = _conn(settings)
     with conn:
-        deleted = []
-        for v in indexes.gc_candidates(conn, grace_seconds=grace):
-            shutil.rmtree(v.path, ignore_errors=True)
-            with conn.transaction():
-                indexes.retire(conn, version_id=v.version_id)
-            deleted.append(v.version_id)
-            print(f"deleted {v.version_id}")
-        kept = _kept_reasons(indexes.list_versions(conn), indexes.alias_rows(conn), grace)
-    if not deleted:
+        report = collect_garbage(conn, grace_seconds=grace)
+    for version_id in report.deleted:
+        print(f"deleted {version_id}")
+    if not report.deleted:
         print(f"deleted nothing (grace period {grace} s)")
-    for version_id, why in kept:
+    for version_id, why in report.kept:
         print(f"kept {version_id}: {why}")
     return 0
-
-
-def _kept_reasons(
-    versions: list[VersionRow], aliases: list[AliasRow], grace_seconds: int
-) -> list[tuple[str, str]]:
-    """Why each remaining version is not garbage, in the words ``gc`` uses."""
-    from datetime import UTC, datetime
-
-    now = datetime.now(UTC)
-    out = []
-    for v in versions:
-        if v.state == "deleted":
-            continue
-        reasons = [f"alias {a.alias}" for a in aliases if a.version_id == v.version_id]
-        reasons += [
-            f"rollback target of alias {a.alias}" for a in aliases if a.previous_version == v.version_id
-        ]
-        if v.state == "building":
-            reasons.append("still building")
-        age = (now - (v.built_at or v.created_at)).total_seconds()
-        if not reasons and age < grace_seconds:
-            reasons.append(f"{age:.0f} s old, inside the {grace_seconds} s grace period")
-        out.append((v.version_id, ", ".join(reasons) or "unaliased"))
-    return out
 
 
 def _capacity(args: argparse.Namespace) -> int:

@@ -119,6 +119,8 @@ ragline is serving on http://{host}:{port}  (dev keys in {settings.data_dir / "d
   ingest key: {keys["ingest"]}
   admin key:  {keys["admin"]}
 
+Console: http://{host}:{port}/console/  (sign in with the admin key)
+
 Try:
   curl -s http://{host}:{port}/v1/retrieve -H 'Authorization: Bearer {keys["query"]}' \\
        -H 'Content-Type: application/json' \\

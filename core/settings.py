@@ -138,7 +138,7 @@ class RerankSettings(Section):
     threads: int = Field(1, ge=1, le=256)
 
 
-class LimitsSettings(BaseModel):
+class LimitsSettings(Section):
     """Per API key, per replica (see the README's Limits section). Generous by default."""
 
     rate_per_key: float = Field(500.0, gt=0.0)  # requests/s, sustained
@@ -146,7 +146,7 @@ class LimitsSettings(BaseModel):
     concurrency_per_key: int = Field(64, ge=1)  # requests of one key in flight at once
 
 
-class AuditSettings(BaseModel):
+class AuditSettings(Section):
     retrieves: bool = True  # append every retrieve to the audit log (in batches, off the request path)
     store_query_text: bool = False  # query text can be sensitive: off unless an operator turns it on
     retention_days: float = Field(90.0, gt=0.0)
@@ -155,10 +155,18 @@ class AuditSettings(BaseModel):
     queue_size: int = Field(100_000, ge=1)
 
 
-class MetricsSettings(BaseModel):
+class MetricsSettings(Section):
     enabled: bool = True
     # Tenant ids as a label value (one series per tenant): off, since tenants are unbounded.
     tenant_labels: bool = False
+
+
+class ConsoleSettings(Section):
+    """The operator console at ``/console`` (api/routes/console.py)."""
+
+    enabled: bool = True
+    # Stored vectors per shard used as queries by "check quality" (recall@10 ANN vs exact).
+    quality_sample: int = Field(200, ge=1, le=10_000)
 
 
 class Settings(BaseSettings):
@@ -187,6 +195,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = LimitsSettings()
     audit: AuditSettings = AuditSettings()
     metrics: MetricsSettings = MetricsSettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @field_validator("database_url")
     @classmethod

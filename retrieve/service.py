@@ -80,6 +80,9 @@ class ResultItem:
     detail: ChunkDetail
     score: float
     stage_scores: dict[str, float]
+    # 1-based ranks per candidate list (dense, lexical), "fused" (before rerank) and
+    # "rerank" when it ran: what the operator console shows for each result.
+    stage_ranks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +150,14 @@ class SearchService:
             slog.degrade("rerank", "no reranker model is configured")
         want = max(req.top_k, self.rerank_config.candidates if reranker is not None else 0)
         ranked = self._details(fused, want, acl, slog)
+        fused_rank = None
         if reranker is not None and ranked:
+            fused_rank = {f.chunk_id: i for i, (f, _) in enumerate(ranked, start=1)}
             ranked = self._rerank(reranker, req.query, ranked, slog)
-        items = [ResultItem(d, f.score, dict(f.stage_scores)) for f, d in ranked[: req.top_k]]
+        ranks = _stage_ranks(ranked, req.top_k, fused_rank)
+        items = [
+            ResultItem(d, f.score, dict(f.stage_scores), r) for (f, d), r in zip(ranked, ranks, strict=False)
+        ]
         t = time.perf_counter()
         context = self._pack(items, req)
         slog.time("packing", t)
@@ -282,6 +290,27 @@ class SearchService:
             additive=self.counter.additive,
             count_many=self.counter.count_many,
         )
+
+
+def _stage_ranks(
+    ranked: list[tuple[FusedHit, ChunkDetail]], top_k: int, fused_rank: dict[int, int] | None
+) -> list[dict[str, int]]:
+    """The first ``top_k`` hits' ranks: per candidate list, in the fused order and, after a
+    rerank (``fused_rank`` holds the order before it), by rerank score."""
+    if fused_rank is None:  # no rerank: the fused rank is the position
+        return [{**f.stage_ranks, "fused": i} for i, (f, _) in enumerate(ranked[:top_k], start=1)]
+    by_rerank = sorted(
+        (i for i, (f, _) in enumerate(ranked) if "rerank" in f.stage_scores),
+        key=lambda i: -ranked[i][0].stage_scores["rerank"],
+    )
+    rerank_rank = {ranked[i][0].chunk_id: r for r, i in enumerate(by_rerank, start=1)}
+    out = []
+    for f, _ in ranked[:top_k]:
+        ranks = {**f.stage_ranks, "fused": fused_rank[f.chunk_id]}
+        if f.chunk_id in rerank_rank:
+            ranks["rerank"] = rerank_rank[f.chunk_id]
+        out.append(ranks)
+    return out
 
 
 def _by_rerank_score(hits: list[FusedHit], scores: Sequence[float]) -> list[FusedHit]:

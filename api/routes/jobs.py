@@ -6,13 +6,13 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from api.deps import IngestPrincipal, PoolDep
 from api.errors import error_responses
 from api.schemas import ItemError, JobDocuments, JobOut, JobThroughput
 from catalog import jobs as jobs_repo
-from core.errors import NotFoundError
+from core.errors import ConflictError, NotFoundError, UnavailableError
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -88,3 +88,24 @@ def cancel_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> 
         if job is None:
             raise NotFoundError(f"no job {job_id}")
     return job_out(job, [])
+
+
+@router.post(
+    "/jobs/{job_id}:resume",
+    response_model=JobOut,
+    responses=error_responses(401, 403, 429, 404, 409, 422, 503),
+)
+def resume_job(job_id: uuid.UUID, request: Request, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
+    """Queue a cancelled or unfinished job again: only its items that never ran are done now."""
+    runner = getattr(request.app.state, "runner", None)
+    with pool.connection() as conn:
+        job = jobs_repo.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id}")
+        if runner is None:
+            raise UnavailableError("the ingestion runner is not running")
+        reopened = jobs_repo.reopen_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
+        if reopened is None:
+            raise ConflictError(f"job {job_id} is {job.state} and has no items left to run")
+    runner.submit(job_id)
+    return job_out(reopened, [])

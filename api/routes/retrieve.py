@@ -32,7 +32,7 @@ def _as_datetime(value: datetime | date | None) -> datetime | None:
     return datetime.combine(value, time.min).astimezone()
 
 
-def _filters(f: FiltersIn) -> DocumentFilters:
+def document_filters(f: FiltersIn) -> DocumentFilters:
     meta = {k: frozenset([v] if isinstance(v, str) else v) for k, v in f.metadata.items()}
     return DocumentFilters(
         sources=frozenset(f.source),
@@ -43,7 +43,7 @@ def _filters(f: FiltersIn) -> DocumentFilters:
     )
 
 
-def _response(result: RetrieveResult) -> dict[str, Any]:
+def response_json(result: RetrieveResult) -> dict[str, Any]:
     """``RetrieveOut`` as plain JSON types (tests validate it against the model)."""
     results = [
         {
@@ -81,18 +81,8 @@ def _response(result: RetrieveResult) -> dict[str, Any]:
     }
 
 
-def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -> JSONResponse:
-    started = perf_counter()
-    service: SearchService | None = getattr(request.app.state, "search", None)
-    if service is None:
-        raise UnavailableError("the search service is not running")
-    auth: KeyAuthenticator = request.app.state.auth
-    if body.as_principal is not None:
-        current = auth.delegate(principal, validate_principal_id(body.as_principal))
-    else:
-        current = auth.with_current_groups(principal)
-    acl = build_acl_filter(current.principal, _filters(body.filters))
-    req = RetrieveRequest(
+def retrieve_request(body: RetrieveInBase) -> RetrieveRequest:
+    return RetrieveRequest(
         query=re.sub(r"\s+", " ", body.query),
         top_k=body.top_k,
         mode=body.mode,
@@ -100,10 +90,29 @@ def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -
         max_context_tokens=body.max_context_tokens,
         expand_parent=body.expand == "parent",
     )
+
+
+def search_service(request: Request) -> SearchService:
+    service: SearchService | None = getattr(request.app.state, "search", None)
+    if service is None:
+        raise UnavailableError("the search service is not running")
+    return service
+
+
+def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -> JSONResponse:
+    started = perf_counter()
+    service = search_service(request)
+    auth: KeyAuthenticator = request.app.state.auth
+    if body.as_principal is not None:
+        current = auth.delegate(principal, validate_principal_id(body.as_principal))
+    else:
+        current = auth.with_current_groups(principal)
+    acl = build_acl_filter(current.principal, document_filters(body.filters))
+    req = retrieve_request(body)
     # Plain JSON types already: skip FastAPI's jsonable_encoder walk over every result.
     # A returned Response is not validated again, so response_model only documents it.
     result = service.retrieve(req, acl, catalog_position=current.catalog_position)
-    response = JSONResponse(_response(result))
+    response = JSONResponse(response_json(result))
     observer: RetrieveObserver = request.app.state.observer
     info = RetrieveAudit(
         principal=principal,
