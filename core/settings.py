@@ -58,6 +58,8 @@ class IngestSettings(BaseModel):
     embed_batch_size: int = Field(32, ge=1, le=4096)
     inline_max_documents: int = Field(8, ge=0)
     workers: int = Field(2, ge=1, le=256)
+    # Ray parse/chunk actors; raise it on a cluster so parsing spreads over the nodes.
+    prepare_workers: int = Field(1, ge=1, le=256)
     write_batch_chunks: int = Field(512, ge=1)
 
     @model_validator(mode="after")

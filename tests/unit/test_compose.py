@@ -24,7 +24,8 @@ def _compose(*args: str) -> subprocess.CompletedProcess[str]:
         if os.environ.get("CI"):
             pytest.fail("docker-compose is not installed; .ci/run installs Debian's docker-compose")
         pytest.skip("docker-compose is not installed (apt-get install -y docker-compose)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGLINE_", "COMPOSE_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAGLINE_", "COMPOSE_", "RAY_"))}
+    env["RAY_AUTH_TOKEN"] = "test-token"
     return subprocess.run(
         [exe, "-f", str(COMPOSE), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
@@ -45,6 +46,22 @@ def test_config_is_valid() -> None:
         assert out.returncode == 0, f"docker-compose {' '.join(profiles)} config -q: {out.stderr}"
 
 
+def test_config_requires_the_ray_token() -> None:
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    out = subprocess.run(
+        [exe, "-f", str(COMPOSE), "config", "-q"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "RAY_AUTH_TOKEN" in out.stderr
+
+
 def test_config_rejects_a_broken_file(tmp_path: Path) -> None:
     # The validation above is worth something only if a wrong file fails it.
     broken = tmp_path / "docker-compose.yml"
@@ -52,7 +69,10 @@ def test_config_rejects_a_broken_file(tmp_path: Path) -> None:
     exe = shutil.which("docker-compose")
     if exe is None:
         pytest.skip("docker-compose is not installed")
-    out = subprocess.run([exe, "-f", str(broken), "config", "-q"], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "RAY_AUTH_TOKEN": "test-token"}
+    out = subprocess.run(
+        [exe, "-f", str(broken), "config", "-q"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode != 0
 
 
@@ -96,6 +116,8 @@ def test_store_volume_is_shared_by_every_node(services: dict[str, Any]) -> None:
         assert services[name]["environment"]["RAGLINE_DATA_DIR"] == "/data"
     urls = {services[n]["environment"]["RAGLINE_DATABASE_URL"] for n in (*nodes, "migrate")}
     assert len(urls) == 1  # one catalog for every node
+    tokens = {services[n]["environment"]["RAY_AUTH_TOKEN"] for n in nodes}
+    assert tokens == {"test-token"}  # one Ray token for every node and driver
 
 
 def test_gpu_profile_reserves_nvidia_devices(services: dict[str, Any]) -> None:
