@@ -9,6 +9,7 @@ from psycopg_pool import ConnectionPool
 
 from core.settings import Settings
 from index.embedder import Embedder
+from jobs.shard_servers import ShardServerConfig
 from rerank.batching import BatchingReranker
 from rerank.cross_encoder import load_reranker
 from retrieve.hybrid import HybridSearcher, PlannerConfig
@@ -36,9 +37,7 @@ def build_search_service(
         model_name=settings.embedding_model, dim=embedder.dim, tokenizer=lexical_tokenizer(settings)
     )
     executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
-    planner = PlannerConfig(
-        r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
-    )
+    planner = planner_config(settings)
     searcher = HybridSearcher(
         state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
     )
@@ -68,6 +67,30 @@ def build_search_service(
         executor.shutdown(wait=False)
 
     return service, close
+
+
+def planner_config(settings: Settings) -> PlannerConfig:
+    """The filtered-search thresholds, for in-process searchers and shard servers alike."""
+    r, ix = settings.retrieve, settings.index
+    return PlannerConfig(
+        r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
+    )
+
+
+def shard_server_config(settings: Settings, url: str, *, dim: int, alias: str = "live") -> ShardServerConfig:
+    """A shard server's config; ``start_shard_servers`` fills in each server's shard group."""
+    return ShardServerConfig(
+        conninfo=url,
+        alias=alias,
+        shards=(),
+        serve_delta=False,
+        model_name=settings.embedding_model,
+        dim=dim,
+        tokenizer=lexical_tokenizer(settings),
+        planner=planner_config(settings),
+        poll_seconds=settings.index.poll_seconds,
+        stage_timeout_s=settings.retrieve.stage_timeout_ms / 1000,
+    )
 
 
 def build_reranker(settings: Settings) -> BatchingReranker | None:
