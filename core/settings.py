@@ -89,6 +89,9 @@ class IndexSettings(BaseModel):
     gc_grace_seconds: int = Field(3600, ge=0)
     maintenance_seconds: float = Field(300.0, ge=0.0)
     poll_seconds: float = Field(2.0, gt=0.0)
+    # Shard servers (Ray actors on the cluster at ray_address) that search the version for the
+    # API; 0 = in-process, the default for one machine.
+    shard_servers: int = Field(0, ge=0, le=256)
 
 
 class RetrieveSettings(BaseModel):

@@ -28,6 +28,7 @@ from authz.acl import AclFilter
 from core.records import Hit
 from index.tokenize import Tokenizer
 from retrieve.hybrid import HybridSearcher, Masks, PlannerConfig, StageLog, build_masks
+from retrieve.remote import RemoteLists
 from retrieve.serving import ServingIndex, ServingState
 from retrieve.watcher import IndexWatcher
 
@@ -38,8 +39,8 @@ log = logging.getLogger(__name__)
 class ShardServerConfig:
     conninfo: str
     alias: str
-    shards: tuple[int, ...]  # shard numbers of the version this server searches
-    serve_delta: bool  # exactly one server of a group searches the fresh-writes delta
+    group: int  # this server searches the version's shards numbered group, group + n, ...
+    n_groups: int  # n: the number of shard servers
     model_name: str
     dim: int
     tokenizer: Tokenizer
@@ -66,13 +67,14 @@ class ShardAnswer:
     plans: list[str] = field(default_factory=list)
 
 
-def restrict(
-    snap: ServingIndex, masks: Masks, shards: Sequence[int], serve_delta: bool
-) -> tuple[ServingIndex, Masks]:
-    """The snapshot and masks limited to ``shards`` (and the delta only if ``serve_delta``)."""
-    own = set(shards)
+def restrict(snap: ServingIndex, masks: Masks, group: int, n_groups: int) -> tuple[ServingIndex, Masks]:
+    """The snapshot and masks limited to the group's shards; group 0 also takes the delta.
+
+    Shards are dealt by number, so any version (whatever its shard count) is fully covered.
+    """
+    serve_delta = group == 0
     pairs = snap.version.shards if snap.version else ()
-    keep = [i for i, pair in enumerate(pairs) if pair.shard in own]
+    keep = [i for i, pair in enumerate(pairs) if pair.shard % n_groups == group]
     version = replace(snap.version, shards=tuple(pairs[i] for i in keep)) if snap.version else None
     delta = masks.delta if serve_delta else np.zeros_like(masks.delta)
     sub = Masks(
@@ -97,7 +99,7 @@ class ShardServer:
             self.pool, self.state, alias=config.alias, poll_seconds=config.poll_seconds
         )
         self.watcher.start(watch=True)
-        self.executor = ThreadPoolExecutor(max_workers=max(1, len(config.shards)), thread_name_prefix="shard")
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shard")
         self.searcher = HybridSearcher(
             self.state, planner=config.planner, pool=self.executor, stage_timeout_s=config.stage_timeout_s
         )
@@ -106,7 +108,7 @@ class ShardServer:
         self.watcher.catch_up_to(query.position)
         snap = self.state.current
         snap, masks = restrict(
-            snap, build_masks(self.state, snap, query.acl), self.config.shards, self.config.serve_delta
+            snap, build_masks(self.state, snap, query.acl), self.config.group, self.config.n_groups
         )
         slog = StageLog()
         dense = (
@@ -128,22 +130,12 @@ class ShardServer:
         self.pool.close()
 
 
-def shard_groups(n_shards: int, n_servers: int) -> list[tuple[int, ...]]:
-    """Shards dealt round-robin to servers: server i holds shards i, i + n, i + 2n, ..."""
-    return [tuple(range(i, n_shards, n_servers)) for i in range(min(n_servers, n_shards))]
-
-
-def start_shard_servers(
-    template: ShardServerConfig, *, n_shards: int, n_servers: int, num_cpus: float = 0.5
-) -> list[Any]:
+def start_shard_servers(template: ShardServerConfig, *, n_servers: int, num_cpus: float = 0.5) -> list[Any]:
     """Ray actors serving the version's shards in groups; returns once every one has loaded."""
     import ray
 
     actor: Any = ray.remote(num_cpus=num_cpus, max_restarts=0)(ShardServer)
-    servers = [
-        actor.remote(replace(template, shards=group, serve_delta=i == 0))
-        for i, group in enumerate(shard_groups(n_shards, n_servers))
-    ]
+    servers = [actor.remote(replace(template, group=i, n_groups=n_servers)) for i in range(n_servers)]
     nodes = ray.get([s.node_id.remote() for s in servers])
     log.info("%d shard servers up on nodes %s", len(servers), sorted(set(nodes)))
     return servers
@@ -164,7 +156,8 @@ def _merge(parts: Sequence[list[Hit]], k: int) -> list[Hit]:
 
 
 class ShardFanout:
-    """Sends one ``ShardQuery`` to every shard server and merges their lists."""
+    """Sends one ``ShardQuery`` to every shard server and merges their lists
+    (``retrieve.remote.RemoteShards`` for the search service)."""
 
     def __init__(self, servers: Sequence[Any], *, timeout_s: float) -> None:
         self.servers = list(servers)
@@ -199,3 +192,16 @@ class ShardFanout:
             tuple(a.version_id for a in answers),
             degraded,
         )
+
+    def lists(
+        self, *, acl: AclFilter, position: int, vector: np.ndarray | None, text: str | None, k: int
+    ) -> RemoteLists:
+        got = self.search(ShardQuery(acl, position, vector, text, k))
+        return RemoteLists(got.dense, got.lexical, got.degraded)
+
+    def close(self) -> None:
+        import ray
+
+        for server in self.servers:
+            with contextlib.suppress(Exception):
+                ray.kill(server)

@@ -149,9 +149,7 @@ def test_fanout_equals_in_process_and_never_leaks(
 
     dim = embedder.dim
     ref = Reference(db_url, dim)
-    servers = start_shard_servers(
-        shard_server_config(Settings(), db_url, dim=dim), n_shards=N_SHARDS, n_servers=N_SERVERS
-    )
+    servers = start_shard_servers(shard_server_config(Settings(), db_url, dim=dim), n_servers=N_SERVERS)
     fanout = ShardFanout(servers, timeout_s=30.0)
     rng = np.random.default_rng(3)
     pick = random.Random(3)
@@ -236,3 +234,42 @@ def test_fanout_equals_in_process_and_never_leaks(
             ray.kill(server)
         ref.watcher.close()
         ref.pool.close()
+
+
+def test_search_service_through_shard_servers_answers_as_in_process(
+    corpus: dict[str, str], db_url: str, tmp_path: Path, ray_local: None, embedder
+) -> None:  # type: ignore[no-untyped-def]
+    """``RAGLINE_INDEX__SHARD_SERVERS=2``: /v1/retrieve's service gives the in-process results."""
+    from retrieve.service import RetrieveRequest
+    from wiring import build_search_service
+
+    pool = ConnectionPool(db_url, min_size=1, max_size=4, open=True)
+    local, close_local = build_search_service(Settings(data_dir=tmp_path), pool, embedder, watch=False)
+    remote_settings = Settings(data_dir=tmp_path, index={"shards": N_SHARDS, "shard_servers": N_SERVERS})
+    remote, close_remote = build_search_service(remote_settings, pool, embedder, watch=False)
+    pick = random.Random(5)
+    try:
+        assert remote.shards is not None and local.shards is None
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            answered = 0
+            for n in range(30):
+                tenant, user = pick.choice(TENANTS), pick.choice(USERS)
+                acl = AclFilter(tenant, _readers(conn, tenant, user))
+                mode = ("hybrid", "dense", "lexical")[n % 3]
+                req = RetrieveRequest(
+                    query=" ".join(pick.sample(WORDS, 3)), top_k=K, max_context_tokens=0, mode=mode
+                )
+                want, got = local.retrieve(req, acl), remote.retrieve(req, acl)
+                assert got.degraded == [], got.degraded
+                if want.results:  # (t2 has no public documents: ann may read nothing there)
+                    answered += 1
+                    assert "shards" in got.timings_ms
+                assert [r.detail.row for r in got.results] == [r.detail.row for r in want.results]
+                assert np.allclose([r.score for r in got.results], [r.score for r in want.results], atol=1e-9)
+                for item in got.results:  # the second guard agrees: nothing the caller may not read
+                    assert corpus[item.detail.external_id] == tenant
+            assert answered >= 10
+    finally:
+        close_remote()
+        close_local()
+        pool.close()
