@@ -134,7 +134,9 @@ def start_shard_servers(template: ShardServerConfig, *, n_servers: int, num_cpus
     """Ray actors serving the version's shards in groups; returns once every one has loaded."""
     import ray
 
-    actor: Any = ray.remote(num_cpus=num_cpus, max_restarts=0)(ShardServer)
+    # Threaded actors: requests from several API threads search one server concurrently, as
+    # they do in-process (the serving state is built for concurrent readers).
+    actor: Any = ray.remote(ShardServer).options(num_cpus=num_cpus, max_restarts=0, max_concurrency=8)
     servers = [actor.remote(replace(template, group=i, n_groups=n_servers)) for i in range(n_servers)]
     nodes = ray.get([s.node_id.remote() for s in servers])
     log.info("%d shard servers up on nodes %s", len(servers), sorted(set(nodes)))

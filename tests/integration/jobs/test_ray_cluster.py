@@ -79,7 +79,7 @@ def _stop(procs: list[subprocess.Popen[bytes]], temp: Path) -> None:
             os.killpg(proc.pid, signal.SIGTERM)
     for proc in procs:
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=5)  # `ray start --block` is slow to act on SIGTERM
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
