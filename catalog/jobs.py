@@ -191,6 +191,32 @@ def item_payload(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -
     return bytes(row[0]) if row and row[0] is not None else None
 
 
+def unstaged_path_items(conn: psycopg.Connection, *, job_id: uuid.UUID) -> list[tuple[int, str]]:
+    """Pending items whose bytes are still only a path on the submitting machine's disk."""
+    rows = conn.execute(
+        "SELECT item_no, payload_path FROM job_items WHERE job_id = %s AND state = 'pending'"
+        " AND payload IS NULL AND payload_path IS NOT NULL ORDER BY item_no",
+        (job_id,),
+    ).fetchall()
+    return [(int(no), str(path)) for no, path in rows]
+
+
+def stage_payload(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int, payload: bytes) -> None:
+    """Keep a pending item's bytes in the catalog, where every cluster node can read them."""
+    conn.execute(
+        "UPDATE job_items SET payload = %s WHERE job_id = %s AND item_no = %s AND state = 'pending'",
+        (payload, job_id, item_no),
+    )
+
+
+def record_placement(conn: psycopg.Connection, *, job_id: uuid.UUID, placement: Mapping[str, Any]) -> None:
+    """Which Ray nodes ran each stage of a job (kept in the job's params)."""
+    conn.execute(
+        "UPDATE jobs SET params = params || %s, updated_at = now() WHERE job_id = %s",
+        (Jsonb({"placement": dict(placement)}), job_id),
+    )
+
+
 def item_is_pending(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -> bool:
     """Lock the item row and say whether it still waits for its outcome."""
     row = conn.execute(

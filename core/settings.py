@@ -66,6 +66,8 @@ class IngestSettings(Section):
     # A running job whose heartbeat is older than this belongs to a dead process: another takes it over.
     job_lease_seconds: float = Field(60.0, ge=1.0)
     workers: int = Field(2, ge=1, le=256)
+    # Ray parse/chunk actors; raise it on a cluster so parsing spreads over the nodes.
+    prepare_workers: int = Field(1, ge=1, le=256)
     write_batch_chunks: int = Field(512, ge=1)
 
     @model_validator(mode="after")
@@ -95,6 +97,9 @@ class IndexSettings(Section):
     gc_grace_seconds: int = Field(3600, ge=0)
     maintenance_seconds: float = Field(300.0, ge=0.0)
     poll_seconds: float = Field(2.0, gt=0.0)
+    # Shard servers (Ray actors on the cluster at ray_address) that search the version for the
+    # API; 0 = in-process, the default for one machine.
+    shard_servers: int = Field(0, ge=0, le=256)
 
 
 class RetrieveSettings(Section):

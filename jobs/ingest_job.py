@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,9 +27,11 @@ from core.records import Committable, Embedded, Failed, ItemRef, Outcome, Prepar
 from index.embedder import Embedder, EmbeddingSpec
 from ingest.pipeline import ChunkingConfig, embed, prepare
 from jobs.commit import commit
-from jobs.sources import load_source
+from jobs.sources import load_source, read_path
 
 log = logging.getLogger(__name__)
+# How long a Ray job waits for its stage actors to be placed and loaded before it fails.
+ACTOR_START_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,32 @@ def run_inline(
 # --- Ray Data path -------------------------------------------------------------------------
 
 
+def stage_paths(conn: psycopg.Connection, ctx: JobContext, model: str) -> int:
+    """Read files named by path in the driver and keep their bytes in the catalog.
+
+    ``ragline ingest`` and uploads name files on the submitting machine's disk; Ray workers on
+    other nodes cannot read them, but they all reach PostgreSQL. One file in memory at a time;
+    an unreadable file fails its item here. Returns the number of items staged.
+    """
+    staged = 0
+    for item_no, path in jobs_repo.unstaged_path_items(conn, job_id=ctx.job_id):
+        try:
+            payload = read_path(Path(path))
+        except ParseError as exc:
+            commit(conn, Failed(ItemRef(ctx.job_id, item_no), exc.code, exc.message), model=model)
+            continue
+        with conn.transaction():
+            jobs_repo.stage_payload(conn, job_id=ctx.job_id, item_no=item_no, payload=payload)
+        staged += 1
+    return staged
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
 class _PrepareActor:
     """Reads payloads and parses/chunks; counts tokens with the embedding model's tokenizer."""
 
@@ -118,6 +147,7 @@ class _PrepareActor:
         self.ctx = ctx
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.conn = psycopg.connect(ctx.conninfo, autocommit=True)
+        self.node = _node_id()
 
     def _count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
@@ -131,20 +161,26 @@ class _PrepareActor:
                 blobs.append(pickle.dumps(None))
                 continue
             blobs.append(pickle.dumps(prepare_item(self.conn, self.ctx, item, self._count)))
-        return {"item_no": batch["item_no"], "blob": blobs}
+        return {"item_no": batch["item_no"], "blob": blobs, "prepare_node": [self.node] * len(blobs)}
 
 
 class _EmbedActor:
     def __init__(self, spec: EmbeddingSpec) -> None:
         # One intra-op thread per actor: two single-threaded actors beat one two-thread actor.
         self.embedder = dataclasses.replace(spec, threads=1).load()
+        self.node = _node_id()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         outcomes = [pickle.loads(b) for b in batch["blob"]]
         present = [o for o in outcomes if o is not None]
         done = iter(_embed_outcomes(present, self.embedder))
         blobs = [pickle.dumps(next(done) if o is not None else None) for o in outcomes]
-        return {"item_no": batch["item_no"], "blob": blobs}
+        return {
+            "item_no": batch["item_no"],
+            "blob": blobs,
+            "prepare_node": batch["prepare_node"],
+            "embed_node": [self.node] * len(blobs),
+        }
 
 
 def _spec(ctx: JobContext, embed_batch: int) -> EmbeddingSpec:
@@ -157,9 +193,35 @@ def _spec(ctx: JobContext, embed_batch: int) -> EmbeddingSpec:
     return spec
 
 
+@dataclass(frozen=True, slots=True)
+class RayBatch:
+    results: list[Committable]
+    prepare_nodes: frozenset[str]  # Ray node ids that parsed and chunked this batch
+    embed_nodes: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a Ray job's stages ran: node ids, so an operator sees the cluster was used."""
+
+    prepare: frozenset[str] = frozenset()
+    embed: frozenset[str] = frozenset()
+
+    def add(self, batch: RayBatch) -> Placement:
+        return Placement(self.prepare | batch.prepare_nodes, self.embed | batch.embed_nodes)
+
+    def as_json(self) -> dict[str, list[str]]:
+        return {"prepare": sorted(self.prepare), "embed": sorted(self.embed)}
+
+
 def ray_results(
-    ctx: JobContext, item_nos: Sequence[int], *, embed_actors: int, embed_batch: int
-) -> Iterator[list[Committable]]:
+    ctx: JobContext,
+    item_nos: Sequence[int],
+    *,
+    prepare_actors: int,
+    embed_actors: int,
+    embed_batch: int,
+) -> Iterator[RayBatch]:
     """Stream embedded outcomes back to the driver, one Ray Data batch at a time."""
     import ray
     from ray.data import ActorPoolStrategy
@@ -168,6 +230,9 @@ def ray_results(
 
     data_ctx = ray.data.DataContext.get_current()
     data_ctx.enable_progress_bars = False  # the job's own counters are the progress report
+    # Every actor of a pool is up before work is handed out; otherwise the first actor to load
+    # its model takes every batch of a short job and the other nodes idle.
+    data_ctx.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx_ref = ctx
     # Enough blocks that every embed actor gets work, one job batch per block at most.
@@ -177,7 +242,9 @@ def ray_results(
         _PrepareActor,
         fn_constructor_args=(ctx_ref, resolve_model_path(ctx.model_name)),
         batch_size=ctx.batch_documents,
-        compute=ActorPoolStrategy(size=1),
+        # One batch in flight per actor: a queued batch waits for its busy actor while another
+        # actor (on another node) idles; the batches are heavy, the hand-over cheap.
+        compute=ActorPoolStrategy(size=prepare_actors, max_tasks_in_flight_per_actor=1),
         num_cpus=0.25,
     )
     # One GPU per embed actor when the cluster has GPUs; otherwise one-CPU-ish actors (two
@@ -187,28 +254,52 @@ def ray_results(
         _EmbedActor,
         fn_constructor_args=(_spec(ctx, embed_batch),),
         batch_size=3 * ctx.batch_documents,  # ~30 chunks per encode call: fewer, fuller batches
-        compute=ActorPoolStrategy(size=min(embed_actors, gpus) if gpus else embed_actors),
+        compute=ActorPoolStrategy(
+            size=min(embed_actors, gpus) if gpus else embed_actors, max_tasks_in_flight_per_actor=1
+        ),
         num_cpus=0.75 if not gpus else 1,
         num_gpus=1 if gpus else 0,
     )
     for batch in ds.iter_batches(batch_size=ctx.batch_documents, batch_format="numpy"):
-        yield [r for r in (pickle.loads(b) for b in batch["blob"]) if r is not None]
+        yield RayBatch(
+            [r for r in (pickle.loads(b) for b in batch["blob"]) if r is not None],
+            frozenset(str(n) for n in batch["prepare_node"]),
+            frozenset(str(n) for n in batch["embed_node"]),
+        )
 
 
 def run_on_ray(
     conn: psycopg.Connection,
     ctx: JobContext,
     *,
+    prepare_actors: int,
     embed_actors: int,
     embed_batch: int,
     on_progress: Callable[[int, int], None] | None = None,
-) -> None:
+) -> Placement:
+    """Run the pending items on Ray; returns (and records on the job) where the stages ran."""
+    stage_paths(conn, ctx, ctx.model_name)
     pending = [i.item_no for i in jobs_repo.items(conn, job_id=ctx.job_id, state="pending")]
+    placement = Placement()
     if not pending:
-        return
+        return placement
     started = time.monotonic()
-    for results in ray_results(ctx, pending, embed_actors=embed_actors, embed_batch=embed_batch):
-        chunks = _commit_all(conn, ctx, results)
-        if on_progress:
-            on_progress(len(results), chunks)
-    log.info("ray ingest of %d items took %.1fs", len(pending), time.monotonic() - started)
+    batches = ray_results(
+        ctx, pending, prepare_actors=prepare_actors, embed_actors=embed_actors, embed_batch=embed_batch
+    )
+    try:
+        for batch in batches:
+            placement = placement.add(batch)
+            chunks = _commit_all(conn, ctx, batch.results)
+            if on_progress:
+                on_progress(len(batch.results), chunks)
+    finally:
+        jobs_repo.record_placement(conn, job_id=ctx.job_id, placement=placement.as_json())
+    log.info(
+        "ray ingest of %d items took %.1fs on %d prepare / %d embed nodes",
+        len(pending),
+        time.monotonic() - started,
+        len(placement.prepare),
+        len(placement.embed),
+    )
+    return placement

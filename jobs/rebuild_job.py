@@ -74,8 +74,13 @@ def new_version_id() -> str:
     return time.strftime("v%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
 
 
-def rebuild(conninfo: str, config: RebuildConfig, *, version_id: str | None = None) -> str:
-    """Build and register a new ready version; returns its id (the alias is not moved)."""
+def rebuild(
+    conninfo: str, config: RebuildConfig, *, version_id: str | None = None, built_on: str | None = None
+) -> str:
+    """Build and register a new ready version; returns its id (the alias is not moved).
+
+    ``built_on`` names the Ray node that built it (kept in the version's params).
+    """
     version_id = version_id or new_version_id()
     with psycopg.connect(conninfo) as conn:
         snap = snapshot(conn, model=config.model_name)
@@ -88,6 +93,8 @@ def rebuild(conninfo: str, config: RebuildConfig, *, version_id: str | None = No
             "shard_by": config.shard_by,
             "dense": _params_dict(config.dense),
         }
+        if built_on is not None:
+            params["built_on"] = built_on
         with conn.transaction():
             indexes_repo.create_version(
                 conn,
@@ -145,8 +152,15 @@ def rebuild_on_ray(conninfo: str, config: RebuildConfig, *, version_id: str | No
     """The same rebuild as a Ray task (one CPU), so it can run on a cluster node."""
     import ray
 
-    task = ray.remote(num_cpus=1)(rebuild)
-    return str(ray.get(task.remote(conninfo, config, version_id=version_id)))  # type: ignore[call-arg]
+    task = ray.remote(num_cpus=1)(_rebuild_on_node)
+    return str(ray.get(task.remote(conninfo, config, version_id)))
+
+
+def _rebuild_on_node(conninfo: str, config: RebuildConfig, version_id: str | None) -> str:
+    import ray
+
+    node = str(ray.get_runtime_context().get_node_id())
+    return rebuild(conninfo, config, version_id=version_id, built_on=node)
 
 
 @dataclass(frozen=True, slots=True)

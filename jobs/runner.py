@@ -38,6 +38,7 @@ class RunnerConfig:
     inline_max_documents: int
     use_ray: bool
     ray_address: str | None
+    prepare_actors: int
     embed_actors: int
     embed_batch: int
     embedding: EmbeddingSpec  # how Ray actors build their embedder
@@ -164,6 +165,7 @@ class IngestRunner:
         run_on_ray(
             conn,
             ctx,
+            prepare_actors=self.config.prepare_actors,
             embed_actors=self.config.embed_actors,
             embed_batch=self.config.embed_batch,
             on_progress=on_progress,

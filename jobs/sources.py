@@ -13,21 +13,27 @@ from core.records import SourceDocument
 
 
 def load_source(conn: psycopg.Connection, *, tenant_id: str, item: ItemRow) -> SourceDocument:
-    """The item's document; a missing staged file is a per-item error, not a crash."""
-    if item.payload_path is not None:
-        path = Path(item.payload_path)
-        try:
-            content = path.read_bytes()
-        except OSError as exc:
-            raise ParseError(f"cannot read {path.name}: {exc.strerror}", code="source_unreadable") from exc
-    else:
-        content = jobs_repo.item_payload(conn, job_id=item.job_id, item_no=item.item_no) or b""
+    """The item's document; a missing staged file is a per-item error, not a crash.
+
+    Bytes kept in the catalog win over the path: the Ray path stages every file there first
+    (``stage_paths``), so a cluster node never needs the submitting machine's disk.
+    """
+    content = jobs_repo.item_payload(conn, job_id=item.job_id, item_no=item.item_no)
+    if content is None and item.payload_path is not None:
+        content = read_path(Path(item.payload_path))
     return SourceDocument(
         tenant_id=tenant_id,
         external_id=item.external_id,
         mime_type=item.mime_type,
-        content=content,
+        content=content or b"",
         title=item.title,
         metadata=dict(item.metadata),
         acl=item.acl,
     )
+
+
+def read_path(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ParseError(f"cannot read {path.name}: {exc.strerror}", code="source_unreadable") from exc

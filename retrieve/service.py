@@ -25,6 +25,7 @@ from retrieve.fusion import FusedHit, rerank_fusion, rrf, single_list
 from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
 from retrieve.query_embedding import QueryEmbedder
+from retrieve.remote import RemoteShards
 from retrieve.serving import ServingIndex
 from retrieve.watcher import IndexWatcher
 
@@ -113,7 +114,10 @@ class SearchService:
         counter: TokenCounter,
         config: SearchConfig,
         reranker: Scorer | None = None,
+        shards: RemoteShards | None = None,
     ) -> None:
+        """``shards``: shard servers on other nodes search the version instead of this process."""
+        self.shards = shards
         self.watcher, self.state, self.read_pool = watcher, watcher.state, read_pool
         self.searcher, self.embedder, self.counter, self.reranker = searcher, embedder, counter, reranker
         self.fusion, self.rerank_config = config.fusion, config.rerank
@@ -137,13 +141,17 @@ class SearchService:
         """
         slog = StageLog()
         t = time.perf_counter()
-        self._ensure_fresh(catalog_position)
+        position = self._ensure_fresh(catalog_position)
         snap = self.state.current
         masks = build_masks(self.state, snap, acl)
         slog.time("acl_filter", t)
         fused: list[FusedHit] = []
         if masks.allowed:
-            lists, weights = self._candidates(req, snap, masks, slog)
+            lists, weights = (
+                self._candidates(req, snap, masks, slog)
+                if self.shards is None
+                else self._remote_candidates(self.shards, req, acl, position, slog)
+            )
             fused = self._fuse(lists, weights, slog)
         reranker = self.reranker if req.rerank is None or req.rerank else None
         if req.rerank and self.reranker is None:
@@ -163,7 +171,7 @@ class SearchService:
         slog.time("packing", t)
         return RetrieveResult(items, context, snap.version_id, slog.timings_ms, slog.degraded, slog.plans)
 
-    def _ensure_fresh(self, position: int | None) -> None:
+    def _ensure_fresh(self, position: int | None) -> int:
         """Catch up with every change committed before this request (fails closed).
 
         Args:
@@ -177,6 +185,39 @@ class SearchService:
             self.watcher.catch_up_to(position)
         except Exception as exc:
             raise UnavailableError("permission data is unavailable; refusing to search") from exc
+        return position
+
+    def _remote_candidates(
+        self, shards: RemoteShards, req: RetrieveRequest, acl: AclFilter, position: int, slog: StageLog
+    ) -> tuple[list[list[Hit]], list[float]]:
+        """Both lists from the shard servers in one fan-out, after the query is embedded.
+
+        The servers get the ACL filter and the catalog position this request read: each
+        catches up to it and builds its own masks, so nothing here is trusted to them.
+        """
+        n = max(self.fusion.candidates, req.top_k)
+        vec: np.ndarray | None = None
+        if req.mode in ("hybrid", "dense"):
+            t = time.perf_counter()
+            try:
+                vec = self.embedder.submit(req.query).result(timeout=self.searcher.timeout)
+                slog.time("embed", t)
+            except Exception as exc:  # the lexical list can still answer
+                slog.degrade("dense", f"{type(exc).__name__}")
+        text = req.query if req.mode in ("hybrid", "lexical") else None
+        t = time.perf_counter()
+        got = shards.lists(acl=acl, position=position, vector=vec, text=text, k=n)
+        slog.time("shards", t)
+        slog.degraded.extend(got.degraded)
+        lists: list[list[Hit]] = []
+        weights: list[float] = []
+        if vec is not None:
+            lists.append(got.dense)
+            weights.append(self.fusion.dense_weight)
+        if text is not None:
+            lists.append(got.lexical)
+            weights.append(self.fusion.lexical_weight)
+        return lists, weights
 
     def _candidates(
         self, req: RetrieveRequest, snap: ServingIndex, masks: Masks, slog: StageLog

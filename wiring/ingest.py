@@ -22,6 +22,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         inline_max_documents=settings.ingest.inline_max_documents,
         use_ray=use_ray,
         ray_address=settings.ray_address,
+        prepare_actors=settings.ingest.prepare_workers,
         embed_actors=settings.ingest.workers,
         embed_batch=settings.ingest.embed_batch_size,
         embedding=embedding_spec(settings),

@@ -10,6 +10,7 @@ from psycopg_pool import ConnectionPool
 from core import metrics
 from core.settings import Settings
 from index.embedder import Embedder
+from jobs.shard_servers import ShardFanout, ShardServerConfig, start_shard_servers
 from rerank.batching import BatchingReranker
 from rerank.cross_encoder import load_reranker
 from retrieve.hybrid import HybridSearcher, PlannerConfig
@@ -37,13 +38,12 @@ def build_search_service(
         model_name=settings.embedding_model, dim=embedder.dim, tokenizer=lexical_tokenizer(settings)
     )
     executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
-    planner = PlannerConfig(
-        r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
-    )
+    planner = planner_config(settings)
     searcher = HybridSearcher(
         state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
     )
     reranker = build_reranker(settings)
+    fanout = shard_fanout(settings, pool, dim=embedder.dim, alias=alias)
     query_embedder = QueryEmbedder(embedder, on_batch=metrics.BATCH_SIZE.labels("embed").observe)
     watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
     config = SearchConfig(
@@ -58,17 +58,59 @@ def build_search_service(
         counter=embedder.token_counter,
         config=config,
         reranker=reranker,
+        shards=fanout,
     )
     watcher.start(watch=watch)
 
     def close() -> None:
         watcher.close()
         query_embedder.close()
+        if fanout is not None:
+            fanout.close()
         if reranker is not None:
             reranker.close()
         executor.shutdown(wait=False)
 
     return service, close
+
+
+def planner_config(settings: Settings) -> PlannerConfig:
+    """The filtered-search thresholds, for in-process searchers and shard servers alike."""
+    r, ix = settings.retrieve, settings.index
+    return PlannerConfig(
+        r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
+    )
+
+
+def shard_server_config(settings: Settings, url: str, *, dim: int, alias: str = "live") -> ShardServerConfig:
+    """A shard server's config; ``start_shard_servers`` fills in each server's shard group."""
+    return ShardServerConfig(
+        conninfo=url,
+        alias=alias,
+        group=0,
+        n_groups=1,
+        model_name=settings.embedding_model,
+        dim=dim,
+        tokenizer=lexical_tokenizer(settings),
+        planner=planner_config(settings),
+        poll_seconds=settings.index.poll_seconds,
+        stage_timeout_s=settings.retrieve.stage_timeout_ms / 1000,
+    )
+
+
+def shard_fanout(settings: Settings, pool: ConnectionPool, *, dim: int, alias: str) -> ShardFanout | None:
+    """Started shard servers behind a fan-out, or None for in-process serving (the default)."""
+    if settings.index.shard_servers == 0:
+        return None
+    from jobs.ray_runtime import ensure_ray
+
+    info = pool.conninfo
+    url = info if isinstance(info, str) else info()
+    ensure_ray(address=settings.ray_address, data_dir=settings.data_dir)
+    servers = start_shard_servers(
+        shard_server_config(settings, url, dim=dim, alias=alias), n_servers=settings.index.shard_servers
+    )
+    return ShardFanout(servers, timeout_s=settings.retrieve.stage_timeout_ms / 1000)
 
 
 def build_reranker(settings: Settings) -> BatchingReranker | None:

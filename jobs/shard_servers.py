@@ -1,0 +1,209 @@
+"""Shard servers: shard groups of the live index version held by Ray actors on cluster nodes,
+searched by a fan-out that merges their candidate lists.
+
+The security model is the in-process one, per server: each ``ShardServer`` keeps its own
+``CatalogView`` (an ``IndexWatcher`` on the catalog), receives the request's ``AclFilter``, the
+query vector and text, and the catalog position the caller read, catches up to that position
+before searching and builds its masks locally. So a delete or ACL change acknowledged before
+the position was read is effective on every server, exactly as in-process. A server that
+times out or has died degrades the answer (``degraded`` names it); it never fails it.
+
+Lexical scores are each shard's own BM25, as in-process (per-shard statistics), so the merged
+lists equal the in-process ones. Each server maps the whole version and searches only its own
+shards (memory-mapped pages it never touches stay off its RSS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from authz.acl import AclFilter
+from core.records import Hit
+from index.tokenize import Tokenizer
+from retrieve.hybrid import HybridSearcher, Masks, PlannerConfig, StageLog, build_masks
+from retrieve.remote import RemoteLists
+from retrieve.serving import ServingIndex, ServingState
+from retrieve.watcher import IndexWatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardServerConfig:
+    conninfo: str
+    alias: str
+    group: int  # this server searches the version's shards numbered group, group + n, ...
+    n_groups: int  # n: the number of shard servers
+    model_name: str
+    dim: int
+    tokenizer: Tokenizer
+    planner: PlannerConfig
+    poll_seconds: float
+    stage_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShardQuery:
+    acl: AclFilter
+    position: int  # the catalog position the caller read with the principal's groups
+    vector: np.ndarray | None  # None: no dense list
+    text: str | None  # None: no lexical list
+    k: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShardAnswer:
+    version_id: str
+    dense: list[Hit]
+    lexical: list[Hit]
+    degraded: list[dict[str, str]] = field(default_factory=list)
+    plans: list[str] = field(default_factory=list)
+
+
+def restrict(snap: ServingIndex, masks: Masks, group: int, n_groups: int) -> tuple[ServingIndex, Masks]:
+    """The snapshot and masks limited to the group's shards; group 0 also takes the delta.
+
+    Shards are dealt by number, so any version (whatever its shard count) is fully covered.
+    """
+    serve_delta = group == 0
+    pairs = snap.version.shards if snap.version else ()
+    keep = [i for i, pair in enumerate(pairs) if pair.shard % n_groups == group]
+    version = replace(snap.version, shards=tuple(pairs[i] for i in keep)) if snap.version else None
+    delta = masks.delta if serve_delta else np.zeros_like(masks.delta)
+    sub = Masks(
+        tuple(masks.shards[i] for i in keep),
+        delta,
+        tuple(masks.shard_counts[i] for i in keep),
+        masks.delta_count if serve_delta else 0,
+    )
+    return replace(snap, version=version), sub
+
+
+class ShardServer:
+    """One shard group's server (run as a Ray actor by ``start_shard_servers``)."""
+
+    def __init__(self, config: ShardServerConfig) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self.config = config
+        self.pool = ConnectionPool(config.conninfo, min_size=1, max_size=2, open=True)
+        self.state = ServingState(model_name=config.model_name, dim=config.dim, tokenizer=config.tokenizer)
+        self.watcher = IndexWatcher(
+            self.pool, self.state, alias=config.alias, poll_seconds=config.poll_seconds
+        )
+        self.watcher.start(watch=True)
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shard")
+        self.searcher = HybridSearcher(
+            self.state, planner=config.planner, pool=self.executor, stage_timeout_s=config.stage_timeout_s
+        )
+
+    def search(self, query: ShardQuery) -> ShardAnswer:
+        self.watcher.catch_up_to(query.position)
+        snap = self.state.current
+        snap, masks = restrict(
+            snap, build_masks(self.state, snap, query.acl), self.config.group, self.config.n_groups
+        )
+        slog = StageLog()
+        dense = (
+            self.searcher.dense(snap, masks, query.vector, query.k, slog) if query.vector is not None else []
+        )
+        lexical = (
+            self.searcher.lexical(snap, masks, query.text, query.k, slog) if query.text is not None else []
+        )
+        return ShardAnswer(snap.version_id, dense, lexical, slog.degraded, slog.plans)
+
+    def node_id(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def close(self) -> None:
+        self.watcher.close()
+        self.executor.shutdown(wait=False)
+        self.pool.close()
+
+
+def start_shard_servers(template: ShardServerConfig, *, n_servers: int, num_cpus: float = 0.5) -> list[Any]:
+    """Ray actors serving the version's shards in groups; returns once every one has loaded."""
+    import ray
+
+    # Threaded actors: requests from several API threads search one server concurrently, as
+    # they do in-process (the serving state is built for concurrent readers).
+    actor: Any = ray.remote(ShardServer).options(num_cpus=num_cpus, max_restarts=0, max_concurrency=8)
+    servers = [actor.remote(replace(template, group=i, n_groups=n_servers)) for i in range(n_servers)]
+    nodes = ray.get([s.node_id.remote() for s in servers])
+    log.info("%d shard servers up on nodes %s", len(servers), sorted(set(nodes)))
+    return servers
+
+
+@dataclass(frozen=True, slots=True)
+class FanoutAnswer:
+    dense: list[Hit]
+    lexical: list[Hit]
+    versions: tuple[str, ...]  # each answering server's index version
+    degraded: list[dict[str, str]]
+
+
+def _merge(parts: Sequence[list[Hit]], k: int) -> list[Hit]:
+    merged = [h for part in parts for h in part]
+    merged.sort(key=lambda h: (-h.score, h.chunk_id))  # the in-process merge order
+    return merged[:k]
+
+
+class ShardFanout:
+    """Sends one ``ShardQuery`` to every shard server and merges their lists
+    (``retrieve.remote.RemoteShards`` for the search service)."""
+
+    def __init__(self, servers: Sequence[Any], *, timeout_s: float) -> None:
+        self.servers = list(servers)
+        self.timeout_s = timeout_s
+
+    def search(self, query: ShardQuery) -> FanoutAnswer:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        refs = [s.search.remote(query) for s in self.servers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        done = set(ready)
+        answers: list[ShardAnswer] = []
+        degraded: list[dict[str, str]] = []
+        for i, ref in enumerate(refs):
+            if ref not in done:
+                with contextlib.suppress(Exception):  # best effort: the answer does not wait for it
+                    ray.cancel(ref)
+                degraded.append(
+                    {"stage": "shards", "reason": f"server{i} timed out after {self.timeout_s:.1f}s"}
+                )
+                continue
+            try:
+                answers.append(ray.get(ref, timeout=0))
+            except (RayError, GetTimeoutError) as exc:  # a dead server degrades, never fails
+                degraded.append({"stage": "shards", "reason": f"server{i} failed: {type(exc).__name__}"})
+        for answer in answers:
+            degraded.extend(answer.degraded)
+        return FanoutAnswer(
+            _merge([a.dense for a in answers], query.k),
+            _merge([a.lexical for a in answers], query.k),
+            tuple(a.version_id for a in answers),
+            degraded,
+        )
+
+    def lists(
+        self, *, acl: AclFilter, position: int, vector: np.ndarray | None, text: str | None, k: int
+    ) -> RemoteLists:
+        got = self.search(ShardQuery(acl, position, vector, text, k))
+        return RemoteLists(got.dense, got.lexical, got.degraded)
+
+    def close(self) -> None:
+        import ray
+
+        for server in self.servers:
+            with contextlib.suppress(Exception):
+                ray.kill(server)
