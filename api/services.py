@@ -34,3 +34,13 @@ def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = No
     service, close = build_search_service(settings, app.state.pool, embedder, read_pool=app.state.read_pool)
     app.state.search = service
     return close
+
+
+def reembed_hook(app: FastAPI, settings: Settings) -> Callable[[], None]:
+    """Runs model migrations started with ``POST /v1/admin/reembed``."""
+    from jobs.reembed_job import ReembedWorker
+
+    worker = ReembedWorker(app.state.database_url)
+    worker.start()
+    app.state.reembed = worker
+    return worker.close

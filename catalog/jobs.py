@@ -315,3 +315,32 @@ def unfinished_jobs(conn: psycopg.Connection, *, kind: str = "ingest") -> list[u
         (kind,),
     ).fetchall()
     return [r[0] for r in rows]
+
+
+def set_progress(
+    conn: psycopg.Connection, *, job_id: uuid.UUID, total: int, done: int, add_chunks: int = 0
+) -> bool:
+    """A migration's progress (chunks as the unit) and its lease; returns whether a cancel was asked."""
+    row = conn.execute(
+        "UPDATE jobs SET documents_total = %s, documents_done = %s, chunks = chunks + %s,"
+        " heartbeat_at = now(), updated_at = now() WHERE job_id = %s RETURNING cancel_requested",
+        (total, done, add_chunks, job_id),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def set_report(conn: psycopg.Connection, *, job_id: uuid.UUID, report: Mapping[str, Any]) -> None:
+    """Put a job's report (a migration's gate results) under ``params.report``."""
+    conn.execute(
+        "UPDATE jobs SET params = coalesce(params, '{}') || jsonb_build_object('report', %s::jsonb),"
+        " updated_at = now() WHERE job_id = %s",
+        (Jsonb(dict(report)), job_id),
+    )
+
+
+def end_job(conn: psycopg.Connection, *, job_id: uuid.UUID, state: str, error: str | None = None) -> None:
+    """Settle a job without items (a migration) in ``state``."""
+    conn.execute(
+        "UPDATE jobs SET state = %s, error = %s, finished_at = now(), updated_at = now() WHERE job_id = %s",
+        (state, error, job_id),
+    )

@@ -6,7 +6,7 @@ import argparse
 import json
 import shutil
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -119,17 +119,24 @@ def _show(args: argparse.Namespace) -> int:
 
 def _rebuild(args: argparse.Namespace) -> int:
     from catalog import indexes
+    from catalog import reembed as reembed_repo
     from jobs.rebuild_job import rebuild, rebuild_advice, rebuild_on_ray
     from wiring import rebuild_config
 
     settings = get_settings()
     conn, url = _conn(settings)
     with conn:
+        migration = reembed_repo.active_migration(conn)
+        if migration is not None:
+            print(f"ragline: a model migration is running (job {migration.job_id}); rebuilds wait for it")
+            return 1
+        live = indexes.resolve_alias(conn, alias=args.swap or "live")
+        model = live.embedding_model if live else settings.embedding_model  # a migrated alias keeps its model
         if args.if_needed:
             advice = rebuild_advice(
                 conn,
                 alias=args.swap or "live",
-                model=settings.embedding_model,
+                model=model,
                 tombstone_ratio=settings.index.rebuild_tombstone_ratio,
                 delta_chunks=settings.index.rebuild_delta_chunks,
             )
@@ -137,7 +144,7 @@ def _rebuild(args: argparse.Namespace) -> int:
                 print("no rebuild needed: " + "; ".join(advice.checks))
                 return 0
             print("rebuilding: " + "; ".join(advice.reasons) + " (checked: " + "; ".join(advice.checks) + ")")
-        config = rebuild_config(settings, args.shards)
+        config = replace(rebuild_config(settings, args.shards), model_name=model)
         if settings.ray_address:
             from jobs.ray_runtime import ensure_ray
 

@@ -6,11 +6,11 @@ import argparse
 import sys
 import warnings
 
-from cli import db, evaluate, index, jobs, keys, reranker, serve
+from cli import db, evaluate, index, jobs, keys, reembed, reranker, serve
 from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
-_GROUPS = (db, keys, serve, jobs, index, evaluate, reranker)
+_GROUPS = (db, keys, serve, jobs, index, evaluate, reranker, reembed)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -68,3 +68,9 @@ class IndexIntegrityError(RaglineError):
     """An index file failed verification (checksum, count, truncated file)."""
 
     code = "index_integrity"
+
+
+class CapacityError(ConflictError):
+    """The configured RAM or disk budget cannot hold what was asked for (two index versions)."""
+
+    code = "over_capacity"

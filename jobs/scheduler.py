@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 
 from catalog import audit, indexes, maintenance
+from catalog import reembed as reembed_repo
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ def tick(conninfo: str, config: RebuildConfig, policy: MaintenancePolicy) -> Tic
 def _maintain(
     conn: psycopg.Connection, conninfo: str, config: RebuildConfig, policy: MaintenancePolicy
 ) -> TickResult:
+    live = indexes.resolve_alias(conn, alias=policy.alias)
+    if live is not None and live.embedding_model != config.model_name:  # migrated: follow the alias
+        config = replace(config, model_name=live.embedding_model)
     advice = rebuild_advice(
         conn,
         alias=policy.alias,
@@ -58,7 +62,11 @@ def _maintain(
         model=config.model_name,
     )
     built = None
-    if advice.needed:
+    migration = reembed_repo.active_migration(conn)
+    if advice.needed and migration is not None:  # rebuilds wait for the model migration
+        log.info("scheduled rebuild deferred: model migration %s is running", migration.job_id)
+        advice = replace(advice, reasons=(*advice.reasons, f"deferred: migration {migration.job_id} running"))
+    elif advice.needed:
         log.info("scheduled rebuild: %s", "; ".join(advice.reasons))
         built = rebuild(conninfo, config)
         with conn.transaction():

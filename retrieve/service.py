@@ -24,7 +24,7 @@ from index.tokens import TokenCounter
 from retrieve.fusion import FusedHit, rerank_fusion, rrf, single_list
 from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
-from retrieve.query_embedding import QueryEmbedder
+from retrieve.query_embedding import QueryEmbedders
 from retrieve.serving import ServingIndex
 from retrieve.watcher import IndexWatcher
 
@@ -87,6 +87,7 @@ class RetrieveResult:
     results: list[ResultItem]
     context: PackedContext
     index_version: str
+    embedding_model: str  # the version's model, which embedded the query
     timings_ms: dict[str, float]
     degraded: list[dict[str, str]]
     plans: list[str] = field(default_factory=list)
@@ -106,13 +107,13 @@ class SearchService:
         watcher: IndexWatcher,
         read_pool: ConnectionPool,
         searcher: HybridSearcher,
-        embedder: QueryEmbedder,
+        embedders: QueryEmbedders,
         counter: TokenCounter,
         config: SearchConfig,
         reranker: Scorer | None = None,
     ) -> None:
         self.watcher, self.state, self.read_pool = watcher, watcher.state, read_pool
-        self.searcher, self.embedder, self.counter, self.reranker = searcher, embedder, counter, reranker
+        self.searcher, self.embedders, self.counter, self.reranker = searcher, embedders, counter, reranker
         self.fusion, self.rerank_config = config.fusion, config.rerank
 
     # --- the index behind it, for the health and admin routes ------------------------------
@@ -153,7 +154,9 @@ class SearchService:
         t = time.perf_counter()
         context = self._pack(items, req)
         slog.time("packing", t)
-        return RetrieveResult(items, context, snap.version_id, slog.timings_ms, slog.degraded, slog.plans)
+        return RetrieveResult(
+            items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans
+        )
 
     def _ensure_fresh(self, position: int | None) -> None:
         """Catch up with every change committed before this request (fails closed).
@@ -184,7 +187,7 @@ class SearchService:
         pending: Future[np.ndarray] | None = None
         t_embed = time.perf_counter()
         if req.mode in ("hybrid", "dense"):
-            pending = self.embedder.submit(req.query)
+            pending = self.embedders.get(snap.model).submit(req.query)  # the version's own model
         lexical: list[Hit] | None = None
         if req.mode in ("hybrid", "lexical"):
             t = time.perf_counter()

@@ -7,6 +7,7 @@ from index.embedder import Embedder
 from ingest.pipeline import ChunkingConfig
 from jobs.runner import IngestRunner, RunnerConfig
 from wiring.embedding import embedding_spec
+from wiring.index import LIVE_ALIAS
 
 
 def chunking_config(settings: Settings) -> ChunkingConfig:
@@ -25,6 +26,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         embed_actors=settings.ingest.workers,
         embed_batch=settings.ingest.embed_batch_size,
         embedding=embedding_spec(settings),
+        alias=LIVE_ALIAS,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from psycopg_pool import ConnectionPool
 
@@ -12,7 +13,7 @@ from index.embedder import Embedder
 from rerank.batching import BatchingReranker
 from rerank.cross_encoder import load_reranker
 from retrieve.hybrid import HybridSearcher, PlannerConfig
-from retrieve.query_embedding import QueryEmbedder
+from retrieve.query_embedding import QueryEmbedders
 from retrieve.service import FusionConfig, RerankConfig, SearchConfig, SearchService
 from retrieve.serving import ServingState
 from retrieve.watcher import IndexWatcher
@@ -32,8 +33,13 @@ def build_search_service(
     """The started search service and its closer; ``embedder`` reuses a loaded model."""
     embedder = embedder or embedding_spec(settings, batch_size=32).load()
     r, ix = settings.retrieve, settings.index
+    spec = embedding_spec(settings, batch_size=32)
+    query_embedders = QueryEmbedders(embedder, lambda model: replace(spec, model_name=model).load())
     state = ServingState(
-        model_name=settings.embedding_model, dim=embedder.dim, tokenizer=lexical_tokenizer(settings)
+        model_name=settings.embedding_model,
+        dim=embedder.dim,
+        tokenizer=lexical_tokenizer(settings),
+        prepare_model=query_embedders.prepare,
     )
     executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
     planner = PlannerConfig(
@@ -43,7 +49,6 @@ def build_search_service(
         state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
     )
     reranker = build_reranker(settings)
-    query_embedder = QueryEmbedder(embedder)
     watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
     config = SearchConfig(
         FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
@@ -53,7 +58,7 @@ def build_search_service(
         watcher=watcher,
         read_pool=read_pool or pool,
         searcher=searcher,
-        embedder=query_embedder,
+        embedders=query_embedders,
         counter=embedder.token_counter,
         config=config,
         reranker=reranker,
@@ -62,7 +67,7 @@ def build_search_service(
 
     def close() -> None:
         watcher.close()
-        query_embedder.close()
+        query_embedders.close()
         if reranker is not None:
             reranker.close()
         executor.shutdown(wait=False)

@@ -73,6 +73,7 @@ def _response(result: RetrieveResult) -> dict[str, Any]:
             ],
         },
         "index_version": result.index_version,
+        "embedding_model": result.embedding_model,
         "timings_ms": result.timings_ms,
         "degraded": result.degraded,
         "request_id": request_id_var.get(),
