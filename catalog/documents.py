@@ -98,17 +98,19 @@ def commit_version(
     model: str,
     extra_vectors: Mapping[str, np.ndarray] | None = None,
     parsed_body: bytes | None = None,
+    chunking: str | None = None,
 ) -> VersionCommit:
     """Write ``version`` and make it the visible one, in the caller's transaction.
 
     ``doc`` comes from ``lock_for_write`` in the same transaction; ``vectors`` holds one row
     per leaf chunk (level 0), in chunk order. ``extra_vectors`` holds the same rows for other
-    models (a model migration's dual write); ``parsed_body`` is the compressed parsed text.
+    models (a model migration's dual write); ``parsed_body`` is the compressed parsed text and
+    ``chunking`` the chunk settings (``TOKENS/OVERLAP``) the chunks were cut with.
     """
     conn.execute(
         "INSERT INTO document_versions (doc_id, version, content_hash, byte_size, page_count,"
-        " chunk_count, warnings) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (doc.doc_id, version, content_hash, byte_size, page_count, len(chunks), list(warnings)),
+        " chunk_count, warnings, chunking) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (doc.doc_id, version, content_hash, byte_size, page_count, len(chunks), list(warnings), chunking),
     )
     _copy_chunks(
         conn,

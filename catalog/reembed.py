@@ -33,13 +33,16 @@ class MigrationRow:
 _COLUMNS = "job_id, model, live_model, state, target_version, report"
 
 
-def start_migration(conn: psycopg.Connection, *, job_id: uuid.UUID, model: str, live_model: str) -> None:
+def start_migration(
+    conn: psycopg.Connection, *, job_id: uuid.UUID, model: str, live_model: str, chunking: str | None = None
+) -> None:
     """Record the active migration; ``ConflictError`` when another one is active."""
     try:
         with conn.transaction():
             conn.execute(
-                "INSERT INTO embedding_migrations (job_id, model, live_model) VALUES (%s, %s, %s)",
-                (job_id, model, live_model),
+                "INSERT INTO embedding_migrations (job_id, model, live_model, chunking)"
+                " VALUES (%s, %s, %s, %s)",
+                (job_id, model, live_model, chunking),
             )
     except psycopg.errors.UniqueViolation as exc:
         active = active_migration(conn)
@@ -141,3 +144,62 @@ def write_gate_report(conn: psycopg.Connection, *, version_id: str, gate: Mappin
         " WHERE version_id = %s",
         (Jsonb(dict(gate)), version_id),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StaleDocument:
+    """A live document whose current version was chunked with other settings."""
+
+    doc_id: int
+    tenant_id: str
+    external_id: str
+    version: int
+    content_hash: str
+    mime_type: str
+    title: str | None
+    chunking: str | None
+
+
+def stale_documents(
+    conn: psycopg.Connection, *, chunking: str, exclude: Sequence[int], limit: int
+) -> list[StaleDocument]:
+    """Live documents not yet chunked with ``chunking``, oldest first (``exclude``: skipped)."""
+    with conn.cursor(row_factory=class_row(StaleDocument)) as cur:
+        return cur.execute(
+            "SELECT d.doc_id, d.tenant_id, d.external_id, d.current_version AS version, v.content_hash,"
+            " d.mime_type, d.title, v.chunking FROM documents d"
+            " JOIN document_versions v ON v.doc_id = d.doc_id AND v.version = d.current_version"
+            " WHERE d.state = 'active' AND v.chunking IS DISTINCT FROM %s AND NOT (d.doc_id = ANY(%s))"
+            " ORDER BY d.doc_id LIMIT %s",
+            (chunking, list(exclude), limit),
+        ).fetchall()
+
+
+def parsed_text(conn: psycopg.Connection, *, doc_id: int, version: int) -> bytes | None:
+    """The compressed parsed text stored at ingest, or None (ingested before it was stored)."""
+    row = conn.execute(
+        "SELECT body FROM document_texts WHERE doc_id = %s AND version = %s", (doc_id, version)
+    ).fetchone()
+    return bytes(row[0]) if row else None
+
+
+@dataclass(frozen=True, slots=True)
+class ParentSection:
+    text: str
+    section_path: list[str]
+    kind: str
+    char_start: int
+    char_end: int
+    page_start: int | None
+    page_end: int | None
+
+
+def parent_sections(conn: psycopg.Connection, *, doc_id: int, version: int) -> list[ParentSection]:
+    """A version's parent chunks (level 1) in order: what a document without stored text
+    can be re-chunked from."""
+    with conn.cursor(row_factory=class_row(ParentSection)) as cur:
+        return cur.execute(
+            "SELECT text, section_path, kind, char_start, char_end, page_start, page_end FROM chunks"
+            " WHERE doc_id = %s AND version = %s AND level = 1 ORDER BY char_start, ordinal",
+            (doc_id, version),
+        ).fetchall()

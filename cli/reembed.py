@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         " Exit codes: 0 swapped (or started without --wait), 1 gate failed or job failed, 2 refused.",
     )
     p.add_argument("--model", required=True, help="a sentence-transformers folder or model name")
+    p.add_argument("--chunking", metavar="TOKENS/OVERLAP", help="re-chunk from the stored parsed text too")
     p.add_argument("--index-kind", choices=("flat", "hnsw", "ivfpq"), help="every shard of the new version")
     p.add_argument("--shards", type=int, help="shards of the new version (default: index.shards)")
     p.add_argument("--gate-dataset", type=Path, help="BEIR folder; its corpus lives in reembed.gate_tenant")
@@ -84,6 +85,7 @@ def _reembed(args: argparse.Namespace) -> int:
         return _report(url, args.resume, state)
     reembed_args = ReembedArgs(
         model=args.model,
+        chunking=args.chunking,
         index_kind=args.index_kind,
         shards=args.shards,
         gate_dataset=str(args.gate_dataset.resolve()) if args.gate_dataset else None,

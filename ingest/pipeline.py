@@ -27,6 +27,11 @@ class ChunkingConfig:
     chunk_tokens: int
     overlap_tokens: int
 
+    @property
+    def label(self) -> str:
+        """``TOKENS/OVERLAP``, as stored on each document version."""
+        return f"{self.chunk_tokens}/{self.overlap_tokens}"
+
 
 def hash_source(source: SourceDocument, config: ChunkingConfig) -> str:
     """Content identity: normalised bytes, title, and what changes chunking."""

@@ -24,6 +24,7 @@ def commit(
     *,
     model: str,
     extra_vectors: Mapping[str, np.ndarray] | None = None,
+    chunking: str | None = None,
 ) -> str:
     """Write one outcome and its job item in one transaction; returns the item state.
 
@@ -52,7 +53,7 @@ def commit(
                 version=item.version,
             )
             return "unchanged" if done else "skipped"
-        return _commit_embedded(conn, item, model=model, extra_vectors=extra_vectors)
+        return _commit_embedded(conn, item, model=model, extra_vectors=extra_vectors, chunking=chunking)
 
 
 def _commit_embedded(
@@ -61,6 +62,7 @@ def _commit_embedded(
     *,
     model: str,
     extra_vectors: Mapping[str, np.ndarray] | None,
+    chunking: str | None,
 ) -> str:
     p, src = item.prepared, item.prepared.source
     if not jobs_repo.item_is_pending(conn, job_id=p.ref.job_id, item_no=p.ref.item_no):
@@ -99,6 +101,7 @@ def _commit_embedded(
         model=model,
         extra_vectors=extra_vectors,
         parsed_body=encode_parsed(p.parsed) if p.parsed is not None else None,
+        chunking=chunking,
     )
     jobs_repo.finish_item(
         conn,

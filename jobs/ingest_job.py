@@ -84,7 +84,7 @@ def _commit_all(
     chunks = 0
     extra = dual.vectors(conn, results) if dual is not None else [{} for _ in results]
     for result, vectors in zip(results, extra, strict=True):
-        commit(conn, result, model=ctx.model_name, extra_vectors=vectors)
+        commit(conn, result, model=ctx.model_name, extra_vectors=vectors, chunking=ctx.chunking.label)
         if isinstance(result, Embedded):
             chunks += len(result.vectors)
     if jobs_repo.heartbeat(conn, job_id=ctx.job_id):

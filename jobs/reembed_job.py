@@ -35,9 +35,11 @@ from core.errors import CapacityError, ConflictError
 from index.capacity import estimate_capacity, model_weight_bytes
 from index.embedder import Embedder, EmbeddingSpec, resolve_model_path
 from index.faiss_shards import choose_kind
+from ingest.pipeline import ChunkingConfig
 from jobs import reembed_gate as gate
 from jobs.ray_runtime import ensure_ray
 from jobs.rebuild_job import RebuildConfig, build_snapshot, snapshot
+from jobs.rechunk import RechunkCounts, rechunk_pass
 from jobs.reembed_gate import GateConfig, SearchOpener
 from retrieve.delta import lexical_text
 
@@ -49,6 +51,7 @@ class ReembedArgs:
     """What a caller asks for (CLI flags, the API body, a stored schedule): JSON-able."""
 
     model: str
+    chunking: str | None = None  # "TOKENS/OVERLAP": re-chunk from the stored parsed text too
     index_kind: str | None = None
     shards: int | None = None
     gate_dataset: str | None = None
@@ -72,6 +75,7 @@ class ReembedConfig:
     args: ReembedArgs
     target: EmbeddingSpec  # the target model (its name is what chunk_embeddings records)
     build: RebuildConfig  # model_name is the target's
+    chunking: ChunkingConfig | None  # new chunk settings, or None to keep every document's chunks
     gate: GateConfig
     open_search: SearchOpener
     alias: str
@@ -151,7 +155,7 @@ def start_reembed(conninfo: str, config: ReembedConfig, *, target_dim: int | Non
         capacity = capacity_check(conn, config, target_dim=dim)
         row = indexes_repo.resolve_alias(conn, alias=config.alias)
         live_model = row.embedding_model if row else config.live_model
-        if live_model == config.target.model_name and not config.args.force:
+        if live_model == config.target.model_name and config.chunking is None and not config.args.force:
             raise ConflictError(f"{config.alias} already serves {live_model}; nothing to migrate")
         principals_repo.ensure_tenant(conn, tenant_id=config.tenant_id)
         with conn.transaction():
@@ -168,7 +172,11 @@ def start_reembed(conninfo: str, config: ReembedConfig, *, target_dim: int | Non
                 details={"job_id": str(job_id), "from": live_model, **config.args.to_params()},
             )
         reembed_repo.start_migration(
-            conn, job_id=job_id, model=config.target.model_name, live_model=live_model
+            conn,
+            job_id=job_id,
+            model=config.target.model_name,
+            live_model=live_model,
+            chunking=config.chunking.label if config.chunking else None,
         )
         conn.commit()
     return job_id
@@ -228,8 +236,51 @@ class Backfill:
         self._pool: Any = None
         self._actors: list[Any] = []
 
+        self.rechunked = RechunkCounts()
+        self._skipped: set[int] = set()
+        self._others: dict[str, Embedder] = {}
+
     def _spec(self) -> EmbeddingSpec:
         return dataclasses.replace(self.config.target, threads=self.config.threads)
+
+    def target_embedder(self) -> Embedder:
+        """The target model in this thread (inline path, re-chunking), at lower priority."""
+        if self._embedder is None:
+            lower_priority(self.config.nice, self.config.threads)
+            self._embedder = self._spec().load()
+        return self._embedder
+
+    def _embedder_for(self, model: str) -> Embedder:
+        if model == self.config.target.model_name:
+            return self.target_embedder()
+        if model not in self._others:
+            self._others[model] = dataclasses.replace(self._spec(), model_name=model).load()
+        return self._others[model]
+
+    def rechunk(self, conn: psycopg.Connection) -> int:
+        """New versions for documents still cut with other settings (no-op without ``chunking``)."""
+        if self.config.chunking is None:
+            return 0
+        done = rechunk_pass(
+            conn,
+            chunking=self.config.chunking,
+            models=lambda: reembed_repo.write_models(conn, alias=self.config.alias),
+            embedder_for=self._embedder_for,
+            target_model=self.config.target.model_name,
+            counts=self.rechunked,
+            skipped=self._skipped,
+        )
+        conn.commit()
+        return done
+
+    def stale(self, conn: psycopg.Connection) -> int:
+        if self.config.chunking is None:
+            return 0
+        found = reembed_repo.stale_documents(
+            conn, chunking=self.config.chunking.label, exclude=sorted(self._skipped), limit=1
+        )
+        conn.commit()
+        return len(found)
 
     def run(self, conn: psycopg.Connection, on_batch: Callable[[int], None]) -> int:
         """One pass over the missing chunks; returns how many vectors were written."""
@@ -246,12 +297,10 @@ class Backfill:
 
     def _embedded(self, batches: Iterator[Batch]) -> Iterator[Embedded]:
         if not self.config.use_ray:
-            if self._embedder is None:
-                lower_priority(self.config.nice, self.config.threads)
-                self._embedder = self._spec().load()
+            embedder = self.target_embedder()
             for rows, texts in batches:
                 self.encoded += len(texts)
-                yield rows, self._embedder.embed(texts)
+                yield rows, embedder.embed(texts)
             return
         yield from self._on_ray(batches)
 
@@ -338,8 +387,9 @@ def _build_complete(
     for _ in range(MAX_BUILD_TRIES):
         snap = snapshot(conn, model=config.target.model_name)
         conn.commit()
-        if len(snap.rows) == snap.live_chunks:
+        if len(snap.rows) == snap.live_chunks and backfill.stale(conn) == 0:
             return build_snapshot(conn, config.build, snap), snap.live_chunks
+        backfill.rechunk(conn)
         backfill.run(conn, progress)
     raise RuntimeError(f"chunks kept arriving without {config.target.model_name} vectors; retry the job")
 
@@ -427,6 +477,7 @@ def _migrate(
     progress = _Progress(conn, job_id, model, on_progress)
     started = time.monotonic()
     report["resumed_with_vectors"] = progress.done
+    backfill.rechunk(conn)
     written = backfill.run(conn, progress)
     report["backfill"] = {
         "written": written,
@@ -434,6 +485,8 @@ def _migrate(
         "chunks_per_s": round(written / max(1e-6, time.monotonic() - started), 2),
     }
     target_id, live_chunks = _build_complete(conn, config, backfill, progress)
+    if config.chunking is not None:
+        report["rechunk"] = {"chunking": config.chunking.label, **backfill.rechunked.as_json()}
     result = _run_gate(conn, config, target_id, live_chunks)
     report["gate"] = result
     with conn.transaction():
@@ -442,7 +495,8 @@ def _migrate(
     if not result["passed"] and not config.args.force:
         report["error"] = "gate failed: " + ", ".join(result["failed"]) + f"; {config.alias} not moved"
         return "failed"
-    backfill.run(conn, progress)  # chunks written since the snapshot: the new delta needs them
+    backfill.rechunk(conn)  # documents written since the snapshot: the new delta needs them
+    backfill.run(conn, progress)
     with conn.transaction():
         previous = indexes_repo.swap_alias(conn, alias=config.alias, version_id=target_id)
         audit.record(

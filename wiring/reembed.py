@@ -13,8 +13,9 @@ from psycopg_pool import ConnectionPool
 
 from catalog import indexes as indexes_repo
 from core.errors import InvalidInputError, NotFoundError
-from core.settings import Settings
+from core.settings import IngestSettings, Settings
 from index.faiss_shards import DenseKind
+from ingest.pipeline import ChunkingConfig
 from jobs.reembed_gate import GateConfig, SearchOpener
 from jobs.reembed_job import ReembedArgs, ReembedConfig
 from retrieve.service import SearchService
@@ -23,6 +24,20 @@ from wiring.index import LIVE_ALIAS, rebuild_config
 from wiring.search import build_search_service
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
+
+
+def parse_chunking(value: str | None) -> ChunkingConfig | None:
+    """``TOKENS/OVERLAP`` (e.g. ``128/16``) within the ingest settings' limits."""
+    if value is None:
+        return None
+    tokens, _, overlap = value.partition("/")
+    try:
+        config = IngestSettings(chunk_tokens=int(tokens), chunk_overlap=int(overlap or 0))
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise InvalidInputError(
+            f"chunking must be TOKENS/OVERLAP with 16 <= TOKENS <= 8192 and OVERLAP < TOKENS: {value!r}"
+        ) from exc
+    return ChunkingConfig(config.chunk_tokens, config.chunk_overlap)
 
 
 def version_search_opener(settings: Settings, url: str) -> SearchOpener:
@@ -83,6 +98,7 @@ def reembed_config(
             embedding_spec(settings, batch_size=r.batch_chunks), model_name=model, threads=r.threads
         ),
         build=build,
+        chunking=parse_chunking(args.chunking),
         gate=GateConfig(
             recall_floor=r.recall_floor,
             recall_sample=r.recall_sample,

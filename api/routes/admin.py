@@ -54,6 +54,9 @@ class ReembedIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=1000, description="a sentence-transformers folder or name")
+    chunking: str | None = Field(
+        None, pattern=r"^\d{1,5}/\d{1,5}$", description="TOKENS/OVERLAP: re-chunk from the stored parsed text"
+    )
     index_kind: Literal["flat", "hnsw", "ivfpq"] | None = None
     shards: int | None = Field(None, ge=1, le=1024)
     gate_dataset: str | None = Field(None, max_length=4096, description="a BEIR folder on the server")
@@ -80,6 +83,7 @@ def post_reembed(body: ReembedIn, request: Request, admin: AdminPrincipal, pool:
             raise InvalidInputError(f"no such file or folder on the server: {path}")
     args = ReembedArgs(
         model=body.model,
+        chunking=body.chunking,
         index_kind=body.index_kind,
         shards=body.shards,
         gate_dataset=body.gate_dataset,

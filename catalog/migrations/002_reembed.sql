@@ -4,6 +4,7 @@ CREATE TABLE embedding_migrations (
     job_id          uuid PRIMARY KEY REFERENCES jobs ON DELETE CASCADE,
     model           text NOT NULL,
     live_model      text NOT NULL,
+    chunking        text,  -- 'TOKENS/OVERLAP' when the migration re-chunks too
     state           text NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'finished')),
     target_version  text,
     report          jsonb NOT NULL DEFAULT '{}'::jsonb,
@@ -23,3 +24,6 @@ CREATE TABLE document_texts (
     PRIMARY KEY (doc_id, version),
     FOREIGN KEY (doc_id, version) REFERENCES document_versions ON DELETE CASCADE
 );
+
+-- The chunk settings a version was chunked with ('TOKENS/OVERLAP'); NULL before this column.
+ALTER TABLE document_versions ADD COLUMN chunking text;
