@@ -22,6 +22,7 @@ ERROR_STATUSES = {
     ("/healthz", "get"): set(),
     ("/readyz", "get"): {"503"},
     ("/v1/principals/{principal_id}/groups", "put"): {"401", "403", "413", "422"},
+    ("/v1/admin/reembed", "post"): {"401", "403", "409", "422"},
     ("/v1/documents", "post"): {"401", "403", "413", "422"},
     ("/v1/documents:upload", "post"): {"401", "403", "413", "422"},
     ("/v1/documents/{external_id}", "delete"): {"401", "403", "404", "422"},
