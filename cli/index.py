@@ -248,10 +248,23 @@ def _capacity(args: argparse.Namespace) -> int:
     report = estimate_capacity(
         n, dim, kind=kind, hnsw_m=ix.hnsw_m, pq_m=ix.pq_m, pq_nbits=ix.pq_nbits, nlist=ix.ivf_nlist
     )
+    from index.capacity import model_weight_bytes
+    from index.embedder import resolve_model_path
+
+    # One query model per served version: two while a model migration's swap is in progress.
+    model_bytes = model_weight_bytes(resolve_model_path(settings.embedding_model))
     if args.json:
-        print_json(asdict(report))
+        print_json(
+            {
+                **asdict(report),
+                "query_model_bytes": model_bytes,
+                "migration_query_models_bytes": 2 * model_bytes,
+            }
+        )
     else:
         print(format_report(report))
+        mib = model_bytes / 2**20
+        print(f"query model (RAM)  {mib:.1f} MiB; {2 * mib:.1f} MiB while a migration swaps models")
     return 0
 
 

@@ -145,4 +145,6 @@ def model_weight_bytes(folder: str) -> int:
     root = Path(folder)
     if not root.is_dir():
         return 0
-    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file() and f.suffix in _WEIGHT_SUFFIXES)
+    files = [f for f in root.rglob("*") if f.is_file() and f.suffix in _WEIGHT_SUFFIXES]
+    safetensors = [f for f in files if f.suffix == ".safetensors"]
+    return sum(f.stat().st_size for f in (safetensors or files))  # one format is loaded, not all

@@ -109,8 +109,9 @@ def capacity_check(conn: psycopg.Connection, config: ReembedConfig, *, target_di
     n = maintenance_repo.all_live_leaf_count(conn)
     live_dim = live.dim if live else target_dim
     ix = config.build
+    per_shard = max(1, n // ix.n_shards)
     kind = config.build.force_kind or choose_kind(
-        n, flat_max=ix.flat_max_vectors, ivfpq_min=ix.ivfpq_min_vectors
+        per_shard, flat_max=ix.flat_max_vectors, ivfpq_min=ix.ivfpq_min_vectors
     )
     old = estimate_capacity(n, live_dim, kind=kind, hnsw_m=ix.dense.hnsw_m, pq_m=ix.dense.pq_m)
     new = estimate_capacity(n, target_dim, kind=kind, hnsw_m=ix.dense.hnsw_m, pq_m=ix.dense.pq_m)
