@@ -1,14 +1,15 @@
 """Model migration benchmark: backfill chunks/s vs raw ``model.encode`` chunks/s, and
 ``/v1/retrieve`` latency while the migration runs vs idle, all in the same run.
 
-    python -m bench.reembed [--docs 300] [--queries 150] [--ray]
+    python -m bench.reembed [--docs 300] [--queries 150] [--qps 10] [--ray]
 
 The corpus (Cranfield from ../shared/data, or the samples) is ingested with the bundled
 model and served as ``live``; the migration target is the same MiniLM loaded from its folder
 (a different model name, so every chunk is re-embedded; same architecture, so its encode
 rate is the fair baseline). The raw baseline encodes the same chunk texts in batches of
 ``reembed.batch_chunks`` with ``reembed.threads`` threads, as the migration does. Queries go
-through the whole API in-process (TestClient), one at a time, while the migration runs in a
+through the whole API in-process (TestClient), one at a time, each text new (no cache hits),
+while the migration runs in a
 background thread (``--ray``: on a niced Ray actor in another process, as in production).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -64,6 +66,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--queries", type=int, default=150, help="idle queries (the migration runs as long as it runs)"
     )
+    p.add_argument("--qps", type=float, default=10.0, help="query rate, idle and during (0: back to back)")
     p.add_argument(
         "--ray", action="store_true", help="embed on a Ray actor (another process), as in production"
     )
@@ -91,6 +94,12 @@ def _texts(url: str) -> list[str]:
     return [lexical_text(t, p) for t, p in rows]
 
 
+def _paced(qps: float, started: float, i: int) -> None:
+    """Sleep until query ``i``'s slot at ``qps`` (open-loop pacing; 0 = back to back)."""
+    if qps > 0:
+        time.sleep(max(0.0, started + i / qps - time.perf_counter()))
+
+
 def _query(client: Any, headers: dict[str, str], text: str) -> float:
     t = time.perf_counter()
     r = client.post("/v1/retrieve", json={"query": text, "top_k": 8}, headers=headers)
@@ -103,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     items = cranfield_items(args.docs) if CRANFIELD.exists() else sample_items(args.docs)
     print(machine_line())
-    print(f"command: python -m bench.reembed {' '.join(argv or [])}".rstrip())
+    print(f"command: python -m bench.reembed {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip())
     with tempfile.TemporaryDirectory(prefix="ragline-bench-reembed-") as tmp:
         cluster = embedded.cluster_for(Path(tmp), port=_free_port(), fsync=False)
         try:
@@ -152,7 +161,11 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
         client.app.state.search.watcher.check_alias(psycopg.connect(url))
         for q in queries[:10]:  # warm-up
             _query(client, headers, q)
-        idle = [_query(client, headers, queries[i % len(queries)]) for i in range(args.queries)]
+        # Every query text is new (a counter word), so the query-embedding cache never answers.
+        idle, t0 = [], time.perf_counter()
+        for i in range(args.queries):
+            _paced(args.qps, t0, i)
+            idle.append(_query(client, headers, f"{queries[i % len(queries)]} q{i}"))
         config = reembed_config(settings, url, ReembedArgs(model=target), actor="bench", use_ray=args.ray)
         config = replace(config, build=replace(config.build, n_shards=settings.index.shards))
         job_id = start_reembed(url, config)
@@ -160,9 +173,10 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
         worker = threading.Thread(target=lambda: states.append(run_reembed(url, job_id, config)))
         worker.start()
         during: list[float] = []
-        i = 0
+        i, t0 = 0, time.perf_counter()
         while worker.is_alive():
-            during.append(_query(client, headers, queries[i % len(queries)]))
+            _paced(args.qps, t0, i)
+            during.append(_query(client, headers, f"{queries[i % len(queries)]} m{i}"))
             i += 1
         worker.join()
     with psycopg.connect(url) as conn:

@@ -261,7 +261,7 @@ class Backfill:
         if model == self.config.target.model_name:
             return self.target_embedder()
         if model not in self._others:
-            self._others[model] = dataclasses.replace(self._spec(), model_name=model).load()
+            self._others[model] = self._spec().for_model(model).load()
         return self._others[model]
 
     def rechunk(self, conn: psycopg.Connection) -> int:

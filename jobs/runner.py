@@ -8,7 +8,6 @@ by a dead process are resumed at start-up (their lease expires after 60 s of sil
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import queue
@@ -55,7 +54,7 @@ class IngestRunner:
         self.dual = DualWriter(
             alias=config.alias,
             base_model=config.model_name,
-            load=lambda model: dataclasses.replace(config.embedding, model_name=model).load(),
+            load=lambda model: config.embedding.for_model(model).load(),
         )
         self._queue: queue.Queue[uuid.UUID | None] = queue.Queue()
         self._thread: threading.Thread | None = None

@@ -53,7 +53,7 @@ def version_search_opener(settings: Settings, url: str) -> SearchOpener:
             indexes_repo.swap_alias(conn, alias=alias, version_id=version_id)
         pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
         try:
-            embedder = replace(embedding_spec(settings, batch_size=32), model_name=row.embedding_model).load()
+            embedder = embedding_spec(settings, batch_size=32).for_model(row.embedding_model).load()
             service, close = build_search_service(settings, pool, embedder, alias=alias, watch=False)
             try:
                 yield service
@@ -95,7 +95,7 @@ def reembed_config(
     return ReembedConfig(
         args=replace(args, model=model),
         target=replace(
-            embedding_spec(settings, batch_size=r.batch_chunks), model_name=model, threads=r.threads
+            embedding_spec(settings, batch_size=r.batch_chunks).for_model(model), threads=r.threads
         ),
         build=build,
         chunking=parse_chunking(args.chunking),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 from psycopg_pool import ConnectionPool
 
@@ -34,7 +33,7 @@ def build_search_service(
     embedder = embedder or embedding_spec(settings, batch_size=32).load()
     r, ix = settings.retrieve, settings.index
     spec = embedding_spec(settings, batch_size=32)
-    query_embedders = QueryEmbedders(embedder, lambda model: replace(spec, model_name=model).load())
+    query_embedders = QueryEmbedders(embedder, lambda model: spec.for_model(model).load())
     state = ServingState(
         model_name=settings.embedding_model,
         dim=embedder.dim,

@@ -76,3 +76,13 @@ def test_parent_sections_rebuild_a_document_at_their_offsets() -> None:
     assert [s.heading_path for s in doc.sections] == [("H",), ("H", "S")]
     assert doc.sections[1].kind is SectionKind.LIST
     assert from_parents([]) is None
+
+
+def test_another_model_gets_its_own_onnx_export_folder(tmp_path: Path) -> None:
+    from core.settings import Settings
+    from wiring import embedding_spec
+
+    spec = embedding_spec(Settings(data_dir=tmp_path))
+    other = spec.for_model("/models/minilm-cls")
+    assert other.model_name == "/models/minilm-cls" and other.threads == spec.threads
+    assert spec.onnx_dir is not None and other.onnx_dir == spec.onnx_dir.parent / "minilm-cls-onnx"
