@@ -148,11 +148,14 @@ def start_reembed(conninfo: str, config: ReembedConfig, *, target_dim: int | Non
     Raises ``ConflictError`` while another migration is active and ``CapacityError`` when
     the budgets cannot hold two versions.
     """
-    dim = target_dim if target_dim is not None else dataclasses.replace(config.target, threads=1).load().dim
     with psycopg.connect(conninfo) as conn:
         live = reembed_repo.active_migration(conn)
         if live is not None:
             raise ConflictError(f"a model migration is already running (job {live.job_id})")
+        # Loading the model also proves it loads before anything starts.
+        dim = (
+            target_dim if target_dim is not None else dataclasses.replace(config.target, threads=1).load().dim
+        )
         capacity = capacity_check(conn, config, target_dim=dim)
         row = indexes_repo.resolve_alias(conn, alias=config.alias)
         live_model = row.embedding_model if row else config.live_model

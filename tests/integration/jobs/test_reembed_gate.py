@@ -137,3 +137,22 @@ def test_kill_9_mid_backfill_then_resume_embeds_only_what_is_missing(
         assert len(after) == total and all(after[r] == v for r, v in before.items())
         live = indexes.resolve_alias(conn, alias="live")
         assert live is not None and live.embedding_model == model and live.chunk_count == total
+
+
+def test_scheduled_rebuild_waits_for_a_running_migration(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    from jobs.scheduler import tick
+    from tests import factories
+
+    h.ingest(db_url, tmp_path, embedder, "acme", h.topic_docs()[:3])
+    with psycopg.connect(db_url) as conn:
+        job_id = jobs_repo.create_job(conn, tenant_id="acme", kind="reembed", items=[])
+        reembed_repo.start_migration(
+            conn, job_id=job_id, model="/models/next", live_model="bundled:all-MiniLM-L6-v2"
+        )
+        conn.commit()
+    config = factories.rebuild(tmp_path / "indexes", model_name="bundled:all-MiniLM-L6-v2")
+    result = tick(db_url, config, factories.policy())
+    assert result.ran and result.rebuilt is None
+    assert any(r.startswith("deferred: migration") for r in result.reasons)
+    with psycopg.connect(db_url) as conn:
+        assert indexes.list_versions(conn) == []
