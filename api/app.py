@@ -124,9 +124,9 @@ def create_app(
 
 def default_hooks() -> list[ServiceHook]:
     """The services a full server runs; tests pass their own list to keep start-up light."""
-    from api.services import audit_hook, ingest_hook, maintenance_hook, search_hook
+    from api.services import audit_hook, ingest_hook, maintenance_hook, reembed_hook, search_hook
 
-    return [audit_hook, ingest_hook, search_hook, maintenance_hook]
+    return [audit_hook, ingest_hook, search_hook, maintenance_hook, reembed_hook]
 
 
 def extra_routers(limits: RetrieveLimits) -> list[APIRouter]:

@@ -31,9 +31,9 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
     403: ("The key lacks the role this route needs.", "forbidden", "this key lacks the 'admin' role"),
     404: ("The addressed resource does not exist for this tenant.", "not_found", "no document 'doc-1'"),
     409: (
-        "The request conflicts with the current state.",
+        "The request conflicts with the current state (one model migration at a time, a budget).",
         "conflict",
-        "index version v-1 is building, not ready",
+        "a model migration is already running (job 0b7e3c1a-5f7d-4d8e-9a63-2f4b8c1d9e70)",
     ),
     413: (
         "The request body exceeds the configured limit.",

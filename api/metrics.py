@@ -108,7 +108,7 @@ class StateCollector(Collector):
             "ragline_batch_queue_depth", "Items waiting for a micro-batch, by batcher.", labels=["batcher"]
         )
         if search is not None:
-            depth.add_metric(["embed"], float(search.embedder.queue_depth))
+            depth.add_metric(["embed"], float(search.embedders.queue_depth))
             rerank_depth = getattr(search.reranker, "queue_depth", None)  # a batching reranker
             if isinstance(rerank_depth, int):
                 depth.add_metric(["rerank"], float(rerank_depth))

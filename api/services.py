@@ -52,3 +52,13 @@ def audit_hook(app: FastAPI, settings: Settings) -> Callable[[], None]:
         writer.close()
 
     return close
+
+
+def reembed_hook(app: FastAPI, settings: Settings) -> Callable[[], None]:
+    """Runs model migrations started with ``POST /v1/admin/reembed``."""
+    from jobs.reembed_job import ReembedWorker
+
+    worker = ReembedWorker(app.state.database_url)
+    worker.start()
+    app.state.reembed = worker
+    return worker.close

@@ -42,6 +42,7 @@ from bench.retrieve import (
 )
 from catalog.db import open_pool
 from catalog.serving import ChunkDetail
+from core.settings import DEFAULT_EMBEDDING_MODEL
 from jobs.audit_writer import AuditWriter, AuditWriterConfig
 from retrieve.packing import PackedContext
 from retrieve.service import ResultItem, RetrieveResult
@@ -72,7 +73,9 @@ def _result(n: int = 8) -> RetrieveResult:
         for i in range(n)
     ]
     timings = {s: 1.0 for s in ("acl_filter", "lexical", "embed", "dense", "fusion", "fetch", "packing")}
-    return RetrieveResult(items, PackedContext("", 0, (), False, ()), "v1", timings, [])
+    return RetrieveResult(
+        items, PackedContext("", 0, (), False, ()), "v1", DEFAULT_EMBEDDING_MODEL, timings, []
+    )
 
 
 def _observe_cost(url: str, calls: int) -> list[list[object]]:

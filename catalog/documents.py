@@ -96,18 +96,34 @@ def commit_version(
     chunks: Sequence[Chunk],
     vectors: np.ndarray,
     model: str,
+    extra_vectors: Mapping[str, np.ndarray] | None = None,
+    parsed_body: bytes | None = None,
+    chunking: str | None = None,
 ) -> VersionCommit:
     """Write ``version`` and make it the visible one, in the caller's transaction.
 
     ``doc`` comes from ``lock_for_write`` in the same transaction; ``vectors`` holds one row
-    per leaf chunk (level 0), in chunk order.
+    per leaf chunk (level 0), in chunk order. ``extra_vectors`` holds the same rows for other
+    models (a model migration's dual write); ``parsed_body`` is the compressed parsed text and
+    ``chunking`` the chunk settings (``TOKENS/OVERLAP``) the chunks were cut with.
     """
     conn.execute(
         "INSERT INTO document_versions (doc_id, version, content_hash, byte_size, page_count,"
-        " chunk_count, warnings) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (doc.doc_id, version, content_hash, byte_size, page_count, len(chunks), list(warnings)),
+        " chunk_count, warnings, chunking) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (doc.doc_id, version, content_hash, byte_size, page_count, len(chunks), list(warnings), chunking),
     )
-    _copy_chunks(conn, doc_id=doc.doc_id, version=version, chunks=chunks, vectors=vectors, model=model)
+    _copy_chunks(
+        conn,
+        doc_id=doc.doc_id,
+        version=version,
+        chunks=chunks,
+        vectors={model: vectors, **(extra_vectors or {})},
+    )
+    if parsed_body is not None:
+        conn.execute(
+            "INSERT INTO document_texts (doc_id, version, body) VALUES (%s, %s, %s)",
+            (doc.doc_id, version, parsed_body),
+        )
     superseded = _tombstone_current(conn, doc=doc, reason="superseded")
     conn.execute(
         "UPDATE documents SET current_version = %s, content_hash = %s, title = %s, metadata = %s,"
@@ -163,8 +179,7 @@ def _copy_chunks(
     doc_id: int,
     version: int,
     chunks: Sequence[Chunk],
-    vectors: np.ndarray,
-    model: str,
+    vectors: Mapping[str, np.ndarray],
 ) -> None:
     if not chunks:
         return
@@ -174,8 +189,9 @@ def _copy_chunks(
     ).fetchall()
     row_of = {c.chunk_id: int(r[0]) for c, r in zip(chunks, rows, strict=True)}
     leaves = [c for c in chunks if c.level == 0]
-    if len(leaves) != len(vectors):
-        raise ValueError(f"{len(leaves)} leaf chunks but {len(vectors)} vectors")
+    for model, vecs in vectors.items():
+        if len(leaves) != len(vecs):
+            raise ValueError(f"{len(leaves)} leaf chunks but {len(vecs)} vectors for {model}")
     with conn.cursor() as cur:
         # Parents first so the parent_row foreign key holds row by row.
         ordered = sorted(chunks, key=lambda c: (c.level == 0, c.ordinal))
@@ -203,11 +219,12 @@ def _copy_chunks(
                         c.token_count,
                     )
                 )
-        vecs = np.ascontiguousarray(vectors, dtype="<f4")
-        dim = int(vecs.shape[1]) if vecs.ndim == 2 else 0
         with cur.copy("COPY chunk_embeddings (chunk_row, model, dim, vector) FROM STDIN") as copy:
-            for c, v in zip(leaves, vecs, strict=True):
-                copy.write_row((row_of[c.chunk_id], model, dim, v.tobytes()))
+            for model, model_vecs in vectors.items():
+                vecs = np.ascontiguousarray(model_vecs, dtype="<f4")
+                dim = int(vecs.shape[1]) if vecs.ndim == 2 else 0
+                for c, v in zip(leaves, vecs, strict=True):
+                    copy.write_row((row_of[c.chunk_id], model, dim, v.tobytes()))
 
 
 def _tombstone_current(conn: psycopg.Connection, *, doc: DocumentRow, reason: str) -> int:

@@ -152,3 +152,8 @@ def gc_candidates(conn: psycopg.Connection, *, grace_seconds: int) -> list[Versi
             " AND coalesce(built_at, created_at) < now() - make_interval(secs => %s)",
             (grace_seconds,),
         ).fetchall()
+
+
+def drop_alias(conn: psycopg.Connection, *, alias: str) -> None:
+    """Remove an alias (a migration gate's temporary one); its versions stay."""
+    conn.execute("DELETE FROM index_aliases WHERE alias = %s", (alias,))

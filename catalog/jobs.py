@@ -393,3 +393,32 @@ def reopen_job(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str | 
         (job_id,),
     )
     return get_job(conn, job_id=job_id, tenant_id=tenant_id)
+
+
+def set_progress(
+    conn: psycopg.Connection, *, job_id: uuid.UUID, total: int, done: int, add_chunks: int = 0
+) -> bool:
+    """A migration's progress (chunks as the unit) and its lease; returns whether a cancel was asked."""
+    row = conn.execute(
+        "UPDATE jobs SET documents_total = %s, documents_done = %s, chunks = chunks + %s,"
+        " heartbeat_at = now(), updated_at = now() WHERE job_id = %s RETURNING cancel_requested",
+        (total, done, add_chunks, job_id),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def set_report(conn: psycopg.Connection, *, job_id: uuid.UUID, report: Mapping[str, Any]) -> None:
+    """Put a job's report (a migration's gate results) under ``params.report``."""
+    conn.execute(
+        "UPDATE jobs SET params = coalesce(params, '{}') || jsonb_build_object('report', %s::jsonb),"
+        " updated_at = now() WHERE job_id = %s",
+        (Jsonb(dict(report)), job_id),
+    )
+
+
+def end_job(conn: psycopg.Connection, *, job_id: uuid.UUID, state: str, error: str | None = None) -> None:
+    """Settle a job without items (a migration) in ``state``."""
+    conn.execute(
+        "UPDATE jobs SET state = %s, error = %s, finished_at = now(), updated_at = now() WHERE job_id = %s",
+        (state, error, job_id),
+    )

@@ -160,3 +160,12 @@ def outside_row_counts(conn: psycopg.Connection, *, rows: list[int], position: i
             (position, rows),
         ).fetchone()
     return row or OutsideRowCounts(0, 0)
+
+
+def all_live_leaf_count(conn: psycopg.Connection) -> int:
+    """Visible leaf chunks of every tenant (what a complete index version holds)."""
+    row = conn.execute(
+        "SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+        " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0"
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,17 +118,24 @@ def _show(args: argparse.Namespace) -> int:
 
 def _rebuild(args: argparse.Namespace) -> int:
     from catalog import indexes
+    from catalog import reembed as reembed_repo
     from jobs.rebuild_job import rebuild, rebuild_advice, rebuild_on_ray
     from wiring import rebuild_config
 
     settings = get_settings()
     conn, url = _conn(settings)
     with conn:
+        migration = reembed_repo.active_migration(conn)
+        if migration is not None:
+            print(f"ragline: a model migration is running (job {migration.job_id}); rebuilds wait for it")
+            return 1
+        live = indexes.resolve_alias(conn, alias=args.swap or "live")
+        model = live.embedding_model if live else settings.embedding_model  # a migrated alias keeps its model
         if args.if_needed:
             advice = rebuild_advice(
                 conn,
                 alias=args.swap or "live",
-                model=settings.embedding_model,
+                model=model,
                 tombstone_ratio=settings.index.rebuild_tombstone_ratio,
                 delta_chunks=settings.index.rebuild_delta_chunks,
             )
@@ -136,7 +143,7 @@ def _rebuild(args: argparse.Namespace) -> int:
                 print("no rebuild needed: " + "; ".join(advice.checks))
                 return 0
             print("rebuilding: " + "; ".join(advice.reasons) + " (checked: " + "; ".join(advice.checks) + ")")
-        config = rebuild_config(settings, args.shards)
+        config = replace(rebuild_config(settings, args.shards), model_name=model)
         if settings.ray_address:
             from jobs.ray_runtime import ensure_ray
 
@@ -199,10 +206,23 @@ def _capacity(args: argparse.Namespace) -> int:
     report = estimate_capacity(
         n, dim, kind=kind, hnsw_m=ix.hnsw_m, pq_m=ix.pq_m, pq_nbits=ix.pq_nbits, nlist=ix.ivf_nlist
     )
+    from index.capacity import model_weight_bytes
+    from index.embedder import resolve_model_path
+
+    # One query model per served version: two while a model migration's swap is in progress.
+    model_bytes = model_weight_bytes(resolve_model_path(settings.embedding_model))
     if args.json:
-        print_json(asdict(report))
+        print_json(
+            {
+                **asdict(report),
+                "query_model_bytes": model_bytes,
+                "migration_query_models_bytes": 2 * model_bytes,
+            }
+        )
     else:
         print(format_report(report))
+        mib = model_bytes / 2**20
+        print(f"query model (RAM)  {mib:.1f} MiB; {2 * mib:.1f} MiB while a migration swaps models")
     return 0
 
 

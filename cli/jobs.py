@@ -201,6 +201,10 @@ def _jobs_show(args: argparse.Namespace) -> int:
     print("  documents: " + "  ".join(f"{k} {v}" for k, v in body["documents"].items()))
     print(f"  pages {body['pages']}  chunks {body['chunks']}  bytes {body['bytes']}")
     print("  throughput: " + "  ".join(f"{k} {v:.1f}" for k, v in body["throughput"].items()))
+    if body.get("eta_seconds") is not None:
+        print(f"  ETA {body['eta_seconds']:.0f}s")
+    if body.get("report"):
+        print("  report: " + json.dumps(body["report"], indent=2, default=str).replace("\n", "\n  "))
     print(f"  created {body['created_at']}  started {body['started_at']}  finished {body['finished_at']}")
     print_rows(
         body["errors"], ("item_no", "external_id", "code", "message"), as_json=False, title="failed items"
@@ -210,10 +214,21 @@ def _jobs_show(args: argparse.Namespace) -> int:
 
 def _jobs_resume(args: argparse.Namespace) -> int:
     """Finish a job whose process died: only items still pending are redone."""
+    import psycopg
+
+    from catalog import jobs as jobs_repo
     from core.progress import Progress
     from wiring import make_runner
 
     settings = get_settings()
+    with psycopg.connect(_url(settings)) as conn:
+        job = jobs_repo.get_job(conn, job_id=args.job_id)
+    if job is not None and job.kind == "reembed":  # a model migration resumes its backfill
+        from cli.reembed import run_job
+
+        state = run_job(settings, _url(settings), str(args.job_id), use_ray=True, force_claim=True)
+        print(state or "not resumable (finished, or held by a live worker)")
+        return 0 if state else 1
     runner = make_runner(settings, _url(settings))
     progress = Progress(0)
     try:

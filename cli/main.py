@@ -6,11 +6,11 @@ import argparse
 import sys
 import warnings
 
-from cli import audit, connect, db, evaluate, index, jobs, keys, reranker, schedule, serve, status
+from cli import audit, connect, db, evaluate, index, jobs, keys, reembed, reranker, schedule, serve, status
 from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
-_GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, connect, audit, status)
+_GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status)
 
 
 def build_parser() -> argparse.ArgumentParser:

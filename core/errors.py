@@ -80,3 +80,9 @@ class RateLimitedError(RaglineError):
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.limit = limit
+
+
+class CapacityError(ConflictError):
+    """The configured RAM or disk budget cannot hold what was asked for (two index versions)."""
+
+    code = "over_capacity"

@@ -16,16 +16,16 @@ class Progress:
     plain line at most every ``line_seconds`` and one at the end, never a carriage return.
     """
 
-    def __init__(self, total: int, *, stream: TextIO | None = None, line_seconds: float = 5.0) -> None:
-        self.total, self.done, self.chunks = total, 0, 0
+    def __init__(
+        self, total: int, *, stream: TextIO | None = None, line_seconds: float = 5.0, unit: str = "doc"
+    ) -> None:
+        self.total, self.done, self.chunks, self.unit = total, 0, 0, unit
         self.stream = stream or sys.stderr
         self.started = self._last_line = time.monotonic()
         self.line_seconds = line_seconds
         self._bar: tqdm | None = None
         if self.stream.isatty():
-            self._bar = tqdm(
-                total=total or None, unit="doc", file=self.stream, dynamic_ncols=True, leave=True
-            )
+            self._bar = tqdm(total=total or None, unit=unit, file=self.stream, dynamic_ncols=True, leave=True)
 
     def __call__(self, documents: int, chunks: int) -> None:
         self.done += documents
@@ -47,7 +47,7 @@ class Progress:
         """``12/30 docs  40 chunks  3.1 chunks/s  ETA 20s`` (no ETA before the first document)."""
         elapsed = max(1e-6, time.monotonic() - self.started)
         done = f"{self.done}/{self.total}" if self.total else str(self.done)
-        text = f"{done} docs  {self.chunks} chunks  {self.rate:.1f} chunks/s"
+        text = f"{done} {self.unit}s  {self.chunks} chunks  {self.rate:.1f} chunks/s"
         if 0 < self.done < self.total:
             text += f"  ETA {(self.total - self.done) * elapsed / self.done:.0f}s"
         return text

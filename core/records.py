@@ -129,6 +129,7 @@ class Prepared:
     chunks: tuple[Chunk, ...]
     page_count: int
     warnings: tuple[str, ...]
+    parsed: ParsedDocument | None = None  # stored (compressed) so a migration can re-chunk
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,6 +174,28 @@ class ConsoleSettings(Section):
     quality_sample: int = Field(200, ge=1, le=10_000)
 
 
+class ReembedSettings(Section):
+    """``ragline reembed``: model migrations into a new index version, gated before the swap."""
+
+    batch_chunks: int = Field(256, ge=1, le=100_000)  # chunks per embed call and commit
+    actors: int = Field(1, ge=1, le=256)  # embedding actors (one GPU each when there are GPUs)
+    # Isolation from serving: each actor (or the inline thread) runs at this niceness with
+    # this many intra-op threads, so background embedding yields the CPU to queries.
+    nice: int = Field(10, ge=0, le=19)
+    threads: int = Field(1, ge=1, le=256)
+    recall_floor: float = Field(0.95, ge=0.0, le=1.0)  # ANN recall@10 vs exact, per version
+    recall_sample: int = Field(200, ge=1, le=100_000)  # stored vectors used as queries
+    gate_tolerance: float = Field(0.01, ge=0.0, le=1.0)  # allowed nDCG@10 drop vs live
+    gate_tenant: str | None = None  # the tenant holding the gate dataset's corpus
+    gate_mode: Literal["dense", "hybrid"] = "dense"  # the search mode the gate compares
+    query_sample: int = Field(200, ge=1, le=100_000)  # lines of the query file answered by both
+    # Budgets the two versions (and two query models) must fit together; None: not checked.
+    ram_budget_bytes: int | None = Field(None, ge=0)
+    disk_budget_bytes: int | None = Field(None, ge=0)
+    # The tenant a CLI-started migration's job is recorded under (the API uses the caller's).
+    job_tenant: str = "ops"
+
+
 class Settings(BaseSettings):
     """All of ragline's configuration. See the README's configuration table."""
 
@@ -201,6 +223,7 @@ class Settings(BaseSettings):
     audit: AuditSettings = AuditSettings()
     metrics: MetricsSettings = MetricsSettings()
     console: ConsoleSettings = ConsoleSettings()
+    reembed: ReembedSettings = ReembedSettings()
 
     @field_validator("database_url")
     @classmethod

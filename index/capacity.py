@@ -129,3 +129,22 @@ def format_report(report: CapacityReport) -> str:
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt")
+
+
+def model_weight_bytes(folder: str) -> int:
+    """Bytes of a model folder's weight files: about what one loaded copy of it costs in RAM.
+
+    A serving node holds one query model per version it serves, so during a migration's swap
+    (and until the old version is collected) it holds two.
+    """
+    from pathlib import Path
+
+    root = Path(folder)
+    if not root.is_dir():
+        return 0
+    files = [f for f in root.rglob("*") if f.is_file() and f.suffix in _WEIGHT_SUFFIXES]
+    safetensors = [f for f in files if f.suffix == ".safetensors"]
+    return sum(f.stat().st_size for f in (safetensors or files))  # one format is loaded, not all

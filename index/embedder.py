@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +24,7 @@ import numpy as np
 from core.backends import Backend, pick_backend, resolve_backend, resolve_device
 from core.errors import ConfigError
 from core.onnx_runtime import cpu_session
-from index.onnx_export import INSTALL_HINT, ensure_export, pool
+from index.onnx_export import INSTALL_HINT, ensure_export, onnx_cache_dir, pool
 from index.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -252,6 +252,13 @@ class EmbeddingSpec:
 
     def resolved_backend(self) -> Backend:
         return resolve_backend(self.backend, device=self.device, cache_dir=self.onnx_dir, kind="embedding")
+
+    def for_model(self, model_name: str) -> EmbeddingSpec:
+        """The same settings for another model, with that model's own ONNX export folder."""
+        onnx_dir = None
+        if self.onnx_dir is not None:  # <data_dir>/models/<slug>-onnx
+            onnx_dir = onnx_cache_dir(self.onnx_dir.parent.parent, model_name)
+        return replace(self, model_name=model_name, onnx_dir=onnx_dir)
 
     def load(self) -> Embedder:
         """Build it; an ONNX export that fails falls back to PyTorch with a warning."""

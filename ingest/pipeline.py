@@ -27,6 +27,11 @@ class ChunkingConfig:
     chunk_tokens: int
     overlap_tokens: int
 
+    @property
+    def label(self) -> str:
+        """``TOKENS/OVERLAP``, as stored on each document version."""
+        return f"{self.chunk_tokens}/{self.overlap_tokens}"
+
 
 def hash_source(source: SourceDocument, config: ChunkingConfig) -> str:
     """Content identity: normalised bytes, title, and what changes chunking."""
@@ -75,7 +80,7 @@ def prepare(
         return Failed(ref, "internal_error", type(exc).__name__)
     if not any(c.level == 0 for c in chunks):
         return Failed(ref, "empty_document", "no text to index")
-    return Prepared(ref, source, digest, tuple(chunks), parsed.page_count, parsed.warnings)
+    return Prepared(ref, source, digest, tuple(chunks), parsed.page_count, parsed.warnings, parsed)
 
 
 def embed(batch: Sequence[Prepared], embedder: Embedder) -> list[Embedded]:

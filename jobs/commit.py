@@ -6,18 +6,31 @@ resumed job redoes only what is still pending; a finished item is never written 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
 import psycopg
 
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from core.records import Committable, Embedded, Failed, Unchanged
+from ingest.parsed_store import encode_parsed
 from ingest.pipeline import with_version
 
 
-def commit(conn: psycopg.Connection, item: Committable, *, model: str) -> str:
+def commit(
+    conn: psycopg.Connection,
+    item: Committable,
+    *,
+    model: str,
+    extra_vectors: Mapping[str, np.ndarray] | None = None,
+    chunking: str | None = None,
+) -> str:
     """Write one outcome and its job item in one transaction; returns the item state.
 
-    Returns ``skipped`` when the item was already finished (a resumed job racing itself).
+    ``extra_vectors`` are the item's vectors for other models (a migration's dual write),
+    committed in the same transaction. Returns ``skipped`` when the item was already
+    finished (a resumed job racing itself).
     """
     with conn.transaction():
         if isinstance(item, Failed):
@@ -40,10 +53,17 @@ def commit(conn: psycopg.Connection, item: Committable, *, model: str) -> str:
                 version=item.version,
             )
             return "unchanged" if done else "skipped"
-        return _commit_embedded(conn, item, model=model)
+        return _commit_embedded(conn, item, model=model, extra_vectors=extra_vectors, chunking=chunking)
 
 
-def _commit_embedded(conn: psycopg.Connection, item: Embedded, *, model: str) -> str:
+def _commit_embedded(
+    conn: psycopg.Connection,
+    item: Embedded,
+    *,
+    model: str,
+    extra_vectors: Mapping[str, np.ndarray] | None,
+    chunking: str | None,
+) -> str:
     p, src = item.prepared, item.prepared.source
     if not jobs_repo.item_is_pending(conn, job_id=p.ref.job_id, item_no=p.ref.item_no):
         return "skipped"
@@ -79,6 +99,9 @@ def _commit_embedded(conn: psycopg.Connection, item: Embedded, *, model: str) ->
         chunks=chunks,
         vectors=item.vectors,
         model=model,
+        extra_vectors=extra_vectors,
+        parsed_body=encode_parsed(p.parsed) if p.parsed is not None else None,
+        chunking=chunking,
     )
     jobs_repo.finish_item(
         conn,

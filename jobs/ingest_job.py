@@ -27,6 +27,7 @@ from core.records import Committable, Embedded, Failed, ItemRef, Outcome, Prepar
 from index.embedder import Embedder, EmbeddingSpec
 from ingest.pipeline import ChunkingConfig, embed, prepare
 from jobs.commit import commit
+from jobs.dual_write import DualWriter
 from jobs.sources import load_source, read_path
 
 log = logging.getLogger(__name__)
@@ -80,10 +81,13 @@ class Cancelled(Exception):
     pass
 
 
-def _commit_all(conn: psycopg.Connection, ctx: JobContext, results: Sequence[Committable]) -> int:
+def _commit_all(
+    conn: psycopg.Connection, ctx: JobContext, results: Sequence[Committable], dual: DualWriter | None
+) -> int:
     chunks = 0
-    for result in results:
-        commit(conn, result, model=ctx.model_name)
+    extra = dual.vectors(conn, results) if dual is not None else [{} for _ in results]
+    for result, vectors in zip(results, extra, strict=True):
+        commit(conn, result, model=ctx.model_name, extra_vectors=vectors, chunking=ctx.chunking.label)
         if isinstance(result, Embedded):
             chunks += len(result.vectors)
     if jobs_repo.heartbeat(conn, job_id=ctx.job_id):
@@ -98,13 +102,14 @@ def run_inline(
     ctx: JobContext,
     embedder: Embedder,
     on_progress: Callable[[int, int], None] | None = None,
+    dual: DualWriter | None = None,
 ) -> None:
     """The fast path for small pushes: every stage in this process."""
     pending = jobs_repo.items(conn, job_id=ctx.job_id, state="pending")
     for start in range(0, len(pending), ctx.batch_documents):
         batch = pending[start : start + ctx.batch_documents]
         outcomes = [prepare_item(conn, ctx, item, embedder.count_tokens) for item in batch]
-        chunks = _commit_all(conn, ctx, _embed_outcomes(outcomes, embedder))
+        chunks = _commit_all(conn, ctx, _embed_outcomes(outcomes, embedder), dual)
         if on_progress:
             on_progress(len(batch), chunks)
 
@@ -276,6 +281,7 @@ def run_on_ray(
     embed_actors: int,
     embed_batch: int,
     on_progress: Callable[[int, int], None] | None = None,
+    dual: DualWriter | None = None,
 ) -> Placement:
     """Run the pending items on Ray; returns (and records on the job) where the stages ran."""
     stage_paths(conn, ctx, ctx.model_name)
@@ -290,7 +296,7 @@ def run_on_ray(
     try:
         for batch in batches:
             placement = placement.add(batch)
-            chunks = _commit_all(conn, ctx, batch.results)
+            chunks = _commit_all(conn, ctx, batch.results, dual)
             if on_progress:
                 on_progress(len(batch.results), chunks)
     finally:

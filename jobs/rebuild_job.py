@@ -38,6 +38,7 @@ class Snapshot:
     tenant_ids: list[str]
     texts: list[str]
     vectors: np.ndarray
+    live_chunks: int  # visible leaf chunks at the position, with a vector for the model or not
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:
     rows, docs, tenants, texts, vecs = [], [], [], [], []
     with maintenance_repo.repeatable_read(conn):
         position = changes_repo.current_position(conn)
+        live = maintenance_repo.all_live_leaf_count(conn)
         for chunk in maintenance_repo.iter_live_leaf_chunks(conn, model=model):
             rows.append(chunk.chunk_row)
             docs.append(chunk.doc_id)
@@ -67,7 +69,9 @@ def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:
             texts.append(lexical_text(chunk.text, chunk.section_path))
             vecs.append(np.frombuffer(chunk.vector, dtype="<f4"))
     vectors = np.stack(vecs).astype(np.float32) if vecs else np.zeros((0, 0), np.float32)
-    return Snapshot(position, np.array(rows, np.int64), np.array(docs, np.int64), tenants, texts, vectors)
+    return Snapshot(
+        position, np.array(rows, np.int64), np.array(docs, np.int64), tenants, texts, vectors, live
+    )
 
 
 def new_version_id() -> str:
@@ -81,66 +85,78 @@ def rebuild(
 
     ``built_on`` names the Ray node that built it (kept in the version's params).
     """
-    version_id = version_id or new_version_id()
     with psycopg.connect(conninfo) as conn:
         snap = snapshot(conn, model=config.model_name)
-        if len(snap.rows) == 0:
-            raise ValueError("nothing to index: no live chunks with embeddings for this model")
-        dim = int(snap.vectors.shape[1])
-        path = config.index_root / version_id
-        params = {
-            "n_shards": config.n_shards,
-            "shard_by": config.shard_by,
-            "dense": _params_dict(config.dense),
-        }
-        if built_on is not None:
-            params["built_on"] = built_on
-        with conn.transaction():
-            indexes_repo.create_version(
-                conn,
-                version_id=version_id,
-                path=str(path.resolve()),
-                model=config.model_name,
-                dim=dim,
-                n_shards=config.n_shards,
-                params=params,
-            )
-        started = time.monotonic()
-        try:
-            build_version(
-                config.index_root,
-                version_id,
-                row_ids=snap.rows,
-                doc_ids=snap.doc_ids,
-                tenant_ids=snap.tenant_ids,
-                texts=snap.texts,
-                vectors=snap.vectors,
-                n_shards=config.n_shards,
-                shard_by=config.shard_by,  # type: ignore[arg-type]
-                dense_params_for=auto_params(
-                    config.dense,
-                    flat_max=config.flat_max_vectors,
-                    ivfpq_min=config.ivfpq_min_vectors,
-                    force=config.force_kind,
-                ),
-                tokenizer=config.tokenizer,
-                model_name=config.model_name,
-                catalog_position=snap.position,
-            )
-        except Exception as exc:
-            with conn.transaction():
-                indexes_repo.mark_failed(conn, version_id=version_id, error=f"{type(exc).__name__}: {exc}")
-            raise
-        with conn.transaction():
-            indexes_repo.mark_ready(
-                conn, version_id=version_id, chunk_count=len(snap.rows), catalog_position=snap.position
-            )
-        log.info(
-            "built index version %s: %d chunks in %.1fs",
-            version_id,
-            len(snap.rows),
-            time.monotonic() - started,
+        return build_snapshot(conn, config, snap, version_id=version_id, built_on=built_on)
+
+
+def build_snapshot(
+    conn: psycopg.Connection,
+    config: RebuildConfig,
+    snap: Snapshot,
+    *,
+    version_id: str | None = None,
+    built_on: str | None = None,
+) -> str:
+    """Build and register a ready version from ``snap``; returns its id."""
+    version_id = version_id or new_version_id()
+    if len(snap.rows) == 0:
+        raise ValueError("nothing to index: no live chunks with embeddings for this model")
+    dim = int(snap.vectors.shape[1])
+    path = config.index_root / version_id
+    params = {
+        "n_shards": config.n_shards,
+        "shard_by": config.shard_by,
+        "dense": _params_dict(config.dense),
+    }
+    if built_on is not None:
+        params["built_on"] = built_on
+    with conn.transaction():
+        indexes_repo.create_version(
+            conn,
+            version_id=version_id,
+            path=str(path.resolve()),
+            model=config.model_name,
+            dim=dim,
+            n_shards=config.n_shards,
+            params=params,
         )
+    started = time.monotonic()
+    try:
+        build_version(
+            config.index_root,
+            version_id,
+            row_ids=snap.rows,
+            doc_ids=snap.doc_ids,
+            tenant_ids=snap.tenant_ids,
+            texts=snap.texts,
+            vectors=snap.vectors,
+            n_shards=config.n_shards,
+            shard_by=config.shard_by,  # type: ignore[arg-type]
+            dense_params_for=auto_params(
+                config.dense,
+                flat_max=config.flat_max_vectors,
+                ivfpq_min=config.ivfpq_min_vectors,
+                force=config.force_kind,
+            ),
+            tokenizer=config.tokenizer,
+            model_name=config.model_name,
+            catalog_position=snap.position,
+        )
+    except Exception as exc:
+        with conn.transaction():
+            indexes_repo.mark_failed(conn, version_id=version_id, error=f"{type(exc).__name__}: {exc}")
+        raise
+    with conn.transaction():
+        indexes_repo.mark_ready(
+            conn, version_id=version_id, chunk_count=len(snap.rows), catalog_position=snap.position
+        )
+    log.info(
+        "built index version %s: %d chunks in %.1fs",
+        version_id,
+        len(snap.rows),
+        time.monotonic() - started,
+    )
     return version_id
 
 

@@ -23,6 +23,7 @@ import psycopg
 from catalog import jobs as jobs_repo
 from index.embedder import Embedder, EmbeddingSpec
 from ingest.pipeline import ChunkingConfig
+from jobs.dual_write import DualWriter
 from jobs.ingest_job import Cancelled, JobContext, run_inline, run_on_ray
 from jobs.ray_runtime import ensure_ray
 
@@ -43,6 +44,7 @@ class RunnerConfig:
     embed_batch: int
     embedding: EmbeddingSpec  # how Ray actors build their embedder
     lease_seconds: float  # a running job silent for this long is taken over
+    alias: str  # the serving alias: its versions' models get vectors too (dual write)
     batch_documents: int = 8  # documents per commit batch; not a setting
 
 
@@ -51,6 +53,11 @@ class IngestRunner:
         self.config = config
         self._embedder_factory = embedder_factory
         self._embedder: Embedder | None = None
+        self.dual = DualWriter(
+            alias=config.alias,
+            base_model=config.model_name,
+            load=lambda model: config.embedding.for_model(model).load(),
+        )
         self._queue: queue.Queue[uuid.UUID | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
@@ -159,7 +166,7 @@ class IngestRunner:
     ) -> None:
         pending = len(jobs_repo.items(conn, job_id=ctx.job_id, state="pending"))
         if not self.config.use_ray or pending <= self.config.inline_max_documents:
-            run_inline(conn, ctx, self.embedder, on_progress)
+            run_inline(conn, ctx, self.embedder, on_progress, self.dual)
             return
         ensure_ray(address=self.config.ray_address, data_dir=self.config.data_dir)
         run_on_ray(
@@ -169,4 +176,5 @@ class IngestRunner:
             embed_actors=self.config.embed_actors,
             embed_batch=self.config.embed_batch,
             on_progress=on_progress,
+            dual=self.dual,
         )

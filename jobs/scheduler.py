@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from catalog import audit, indexes, maintenance
+from catalog import reembed as reembed_repo
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
 from jobs.schedules import ScheduledRun, ScheduleRunner, run_due
 
@@ -100,6 +101,9 @@ def scheduled_rebuild(conninfo: str, config: RebuildConfig, *, alias: str) -> Sc
 def _maintain(
     conn: psycopg.Connection, conninfo: str, config: RebuildConfig, policy: MaintenancePolicy
 ) -> TickResult:
+    live = indexes.resolve_alias(conn, alias=policy.alias)
+    if live is not None and live.embedding_model != config.model_name:  # migrated: follow the alias
+        config = replace(config, model_name=live.embedding_model)
     advice = rebuild_advice(
         conn,
         alias=policy.alias,
@@ -108,7 +112,11 @@ def _maintain(
         model=config.model_name,
     )
     built = None
-    if advice.needed:
+    migration = reembed_repo.active_migration(conn)
+    if advice.needed and migration is not None:  # rebuilds wait for the model migration
+        log.info("scheduled rebuild deferred: model migration %s is running", migration.job_id)
+        advice = replace(advice, reasons=(*advice.reasons, f"deferred: migration {migration.job_id} running"))
+    elif advice.needed:
         log.info("scheduled rebuild: %s", "; ".join(advice.reasons))
         built = rebuild_and_swap(
             conn, conninfo, config, alias=policy.alias, actor="scheduler", why=list(advice.reasons)

@@ -166,6 +166,10 @@ class JobOut(BaseModel):
     started_at: str | None
     finished_at: str | None
     errors: list[ItemError] = Field(default_factory=list)
+    # A running job's estimated seconds left (a migration counts chunks in ``documents``).
+    eta_seconds: float | None = None
+    # A migration's report: capacity check, backfill, gate results, the swap (or why not).
+    report: dict[str, JsonValue] | None = None
 
 
 class AclUpdate(Strict):
@@ -343,6 +347,7 @@ class RetrieveOut(BaseModel):
                         "citations": [{"start": 0, "end": 66, "results": [1]}],
                     },
                     "index_version": "v-20260105-091203",
+                    "embedding_model": "bundled:all-MiniLM-L6-v2",
                     "timings_ms": {
                         "acl_filter": 0.4,
                         "embed": 6.1,
@@ -359,6 +364,7 @@ class RetrieveOut(BaseModel):
     results: list[ResultOut]
     context: ContextOut
     index_version: str
+    embedding_model: str = Field(description="the model of index_version, which embedded the query")
     timings_ms: dict[str, float]
     degraded: list[DegradedStage]
     request_id: str

@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import numpy as np
 
@@ -90,3 +91,44 @@ class QueryEmbedder:
     def close(self) -> None:
         """Embed what is still waiting, then stop the worker."""
         self._batcher.close()
+
+
+class QueryEmbedders:
+    """One :class:`QueryEmbedder` per embedding model a serving node needs.
+
+    A request embeds its query with the model of the index version it runs on; during a
+    model migration's swap (and until the old version is collected) two models are loaded.
+    ``load`` builds an embedder for a model name; the first one is given already loaded.
+    """
+
+    def __init__(self, first: Embedder, load: Callable[[str], Embedder], **options: Any) -> None:
+        self._load = load
+        self._options = options
+        self._by_model: dict[str, QueryEmbedder] = {first.model_name: QueryEmbedder(first, **options)}
+        self._lock = threading.Lock()
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(self._by_model)
+
+    def prepare(self, model: str) -> None:
+        """Load ``model``'s query embedder now (before a version that uses it serves)."""
+        self.get(model)
+
+    def get(self, model: str) -> QueryEmbedder:
+        found = self._by_model.get(model)
+        if found is not None:
+            return found
+        with self._lock:
+            if model not in self._by_model:
+                self._by_model[model] = QueryEmbedder(self._load(model), **self._options)
+            return self._by_model[model]
+
+    @property
+    def queue_depth(self) -> int:
+        """Queries waiting for an embedding, over every loaded model."""
+        return sum(e.queue_depth for e in list(self._by_model.values()))
+
+    def close(self) -> None:
+        for embedder in self._by_model.values():
+            embedder.close()

@@ -24,7 +24,7 @@ from index.tokens import TokenCounter
 from retrieve.fusion import FusedHit, rerank_fusion, rrf, single_list
 from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
-from retrieve.query_embedding import QueryEmbedder
+from retrieve.query_embedding import QueryEmbedders
 from retrieve.remote import RemoteShards
 from retrieve.serving import ServingIndex
 from retrieve.watcher import IndexWatcher
@@ -91,6 +91,7 @@ class RetrieveResult:
     results: list[ResultItem]
     context: PackedContext
     index_version: str
+    embedding_model: str  # the version's model, which embedded the query
     timings_ms: dict[str, float]
     degraded: list[dict[str, str]]
     plans: list[str] = field(default_factory=list)
@@ -110,7 +111,7 @@ class SearchService:
         watcher: IndexWatcher,
         read_pool: ConnectionPool,
         searcher: HybridSearcher,
-        embedder: QueryEmbedder,
+        embedders: QueryEmbedders,
         counter: TokenCounter,
         config: SearchConfig,
         reranker: Scorer | None = None,
@@ -119,7 +120,7 @@ class SearchService:
         """``shards``: shard servers on other nodes search the version instead of this process."""
         self.shards = shards
         self.watcher, self.state, self.read_pool = watcher, watcher.state, read_pool
-        self.searcher, self.embedder, self.counter, self.reranker = searcher, embedder, counter, reranker
+        self.searcher, self.embedders, self.counter, self.reranker = searcher, embedders, counter, reranker
         self.fusion, self.rerank_config = config.fusion, config.rerank
 
     # --- the index behind it, for the health and admin routes ------------------------------
@@ -150,7 +151,7 @@ class SearchService:
             lists, weights = (
                 self._candidates(req, snap, masks, slog)
                 if self.shards is None
-                else self._remote_candidates(self.shards, req, acl, position, slog)
+                else self._remote_candidates(self.shards, req, acl, position, snap.model, slog)
             )
             fused = self._fuse(lists, weights, slog)
         reranker = self.reranker if req.rerank is None or req.rerank else None
@@ -169,7 +170,9 @@ class SearchService:
         t = time.perf_counter()
         context = self._pack(items, req)
         slog.time("packing", t)
-        return RetrieveResult(items, context, snap.version_id, slog.timings_ms, slog.degraded, slog.plans)
+        return RetrieveResult(
+            items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans
+        )
 
     def _ensure_fresh(self, position: int | None) -> int:
         """Catch up with every change committed before this request (fails closed).
@@ -188,7 +191,13 @@ class SearchService:
         return position
 
     def _remote_candidates(
-        self, shards: RemoteShards, req: RetrieveRequest, acl: AclFilter, position: int, slog: StageLog
+        self,
+        shards: RemoteShards,
+        req: RetrieveRequest,
+        acl: AclFilter,
+        position: int,
+        model: str,
+        slog: StageLog,
     ) -> tuple[list[list[Hit]], list[float]]:
         """Both lists from the shard servers in one fan-out, after the query is embedded.
 
@@ -200,7 +209,7 @@ class SearchService:
         if req.mode in ("hybrid", "dense"):
             t = time.perf_counter()
             try:
-                vec = self.embedder.submit(req.query).result(timeout=self.searcher.timeout)
+                vec = self.embedders.get(model).submit(req.query).result(timeout=self.searcher.timeout)
                 slog.time("embed", t)
             except Exception as exc:  # the lexical list can still answer
                 slog.degrade("dense", f"{type(exc).__name__}")
@@ -233,7 +242,7 @@ class SearchService:
         pending: Future[np.ndarray] | None = None
         t_embed = time.perf_counter()
         if req.mode in ("hybrid", "dense"):
-            pending = self.embedder.submit(req.query)
+            pending = self.embedders.get(snap.model).submit(req.query)  # the version's own model
         lexical: list[Hit] | None = None
         if req.mode in ("hybrid", "lexical"):
             t = time.perf_counter()

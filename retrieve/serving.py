@@ -2,14 +2,17 @@
 catalog view that turns an ACL filter into per-position masks.
 
 ``ServingIndex`` is an immutable snapshot; a request takes one reference and runs on it
-to the end (the response names its version). Catch-up and version swaps build a new
-snapshot and replace the reference; the old one is freed when its last request ends.
+to the end (the response names its version and the embedding model its queries must use:
+each version records its own model, and its delta holds that model's vectors). Catch-up
+and version swaps build a new snapshot and replace the reference; the old one is freed
+when its last request ends.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class ServingIndex:
     version: LoadedVersion | None
+    model: str  # the embedding model of the version (queries and the delta use it)
+    dim: int
     position: int  # catalog position the version covers
     shard_doc_idx: tuple[np.ndarray, ...]
     shard_versions: tuple[np.ndarray, ...]
@@ -68,10 +73,20 @@ class ShardStats:
 class ServingState:
     """Holds the view and the current snapshot; all mutation happens under ``view.lock``."""
 
-    def __init__(self, *, model_name: str, dim: int, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        dim: int,
+        tokenizer: Tokenizer,
+        prepare_model: Callable[[str], None] | None = None,
+    ) -> None:
+        """``model_name``/``dim`` serve when no version is loaded (delta only);
+        ``prepare_model`` loads a version's query embedder before the version serves."""
         self.view = CatalogView()
         self.model_name = model_name
         self.dim = dim
+        self.prepare_model = prepare_model
         self.tokenizer = tokenizer
         self._current: ServingIndex | None = None
         self._swap_lock = threading.Lock()
@@ -110,6 +125,8 @@ class ServingState:
                     self.view.upsert(doc)
             self.view.position = position
             version = load_version(version_path) if version_path else None
+            if version is not None and self.prepare_model is not None:
+                self.prepare_model(version.manifest.model_name)
             self._current = self._snapshot(conn, version)
 
     def _snapshot(self, conn: psycopg.Connection, version: LoadedVersion | None) -> ServingIndex:
@@ -127,13 +144,17 @@ class ServingState:
             for c in changes_repo.changes_since(conn, position=built_at, limit=10_000_000)
             if c.doc_id is not None and c.seq <= self.view.position
         ]
+        model = version.manifest.model_name if version else self.model_name
+        dim = version.manifest.dim if version else self.dim
         base = ServingIndex(
             version,
+            model,
+            dim,
             built_at,
             tuple(docs),
             tuple(vers),
             index_rows,
-            DeltaSegment.empty(self.dim),
+            DeltaSegment.empty(dim),
             np.zeros(0, np.int64),
         )
         return self._with_delta(conn, base, sorted(set(changed)))
@@ -141,10 +162,10 @@ class ServingState:
     def _with_delta(self, conn: psycopg.Connection, snap: ServingIndex, doc_ids: list[int]) -> ServingIndex:
         if not doc_ids:
             return snap
-        fresh = serving_repo.live_leaf_chunks(conn, doc_ids=doc_ids, model=self.model_name)
+        fresh = serving_repo.live_leaf_chunks(conn, doc_ids=doc_ids, model=snap.model)
         rows = np.array([c.row for c in fresh], dtype=np.int64)
         new = [c for c, inside in zip(fresh, snap.in_index(rows), strict=True) if not inside]
-        delta = snap.delta.replaced(doc_ids=doc_ids, fresh=new, tokenizer=self.tokenizer, dim=self.dim)
+        delta = snap.delta.replaced(doc_ids=doc_ids, fresh=new, tokenizer=self.tokenizer, dim=snap.dim)
         return replace(snap, delta=delta, delta_doc_idx=self.view.doc_index(delta.doc_ids))
 
     def catch_up(self, conn: psycopg.Connection) -> int:
@@ -166,6 +187,8 @@ class ServingState:
         """Load, verify and switch to another version; raises (and keeps the old) on failure."""
         with self._swap_lock:
             version = load_version(version_path)
+            if self.prepare_model is not None:  # two models may be loaded from here on
+                self.prepare_model(version.manifest.model_name)
             with self.view.lock:
                 self.catch_up(conn)
                 snap = self._snapshot(conn, version)

@@ -7,6 +7,7 @@ from index.embedder import Embedder
 from ingest.pipeline import ChunkingConfig
 from jobs.runner import IngestRunner, RunnerConfig
 from wiring.embedding import embedding_spec
+from wiring.index import LIVE_ALIAS
 
 
 def chunking_config(settings: Settings) -> ChunkingConfig:
@@ -27,6 +28,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         embed_batch=settings.ingest.embed_batch_size,
         embedding=embedding_spec(settings),
         lease_seconds=settings.ingest.job_lease_seconds,
+        alias=LIVE_ALIAS,
     )
 
 

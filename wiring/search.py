@@ -14,7 +14,7 @@ from jobs.shard_servers import ShardFanout, ShardServerConfig, start_shard_serve
 from rerank.batching import BatchingReranker
 from rerank.cross_encoder import load_reranker
 from retrieve.hybrid import HybridSearcher, PlannerConfig
-from retrieve.query_embedding import QueryEmbedder
+from retrieve.query_embedding import QueryEmbedders
 from retrieve.service import FusionConfig, RerankConfig, SearchConfig, SearchService
 from retrieve.serving import ServingState
 from retrieve.watcher import IndexWatcher
@@ -34,8 +34,17 @@ def build_search_service(
     """The started search service and its closer; ``embedder`` reuses a loaded model."""
     embedder = embedder or embedding_spec(settings, batch_size=32).load()
     r, ix = settings.retrieve, settings.index
+    spec = embedding_spec(settings, batch_size=32)
+    query_embedders = QueryEmbedders(
+        embedder,
+        lambda model: spec.for_model(model).load(),
+        on_batch=metrics.BATCH_SIZE.labels("embed").observe,
+    )
     state = ServingState(
-        model_name=settings.embedding_model, dim=embedder.dim, tokenizer=lexical_tokenizer(settings)
+        model_name=settings.embedding_model,
+        dim=embedder.dim,
+        tokenizer=lexical_tokenizer(settings),
+        prepare_model=query_embedders.prepare,
     )
     executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
     planner = planner_config(settings)
@@ -44,7 +53,6 @@ def build_search_service(
     )
     reranker = build_reranker(settings)
     fanout = shard_fanout(settings, pool, dim=embedder.dim, alias=alias)
-    query_embedder = QueryEmbedder(embedder, on_batch=metrics.BATCH_SIZE.labels("embed").observe)
     watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
     config = SearchConfig(
         FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
@@ -54,7 +62,7 @@ def build_search_service(
         watcher=watcher,
         read_pool=read_pool or pool,
         searcher=searcher,
-        embedder=query_embedder,
+        embedders=query_embedders,
         counter=embedder.token_counter,
         config=config,
         reranker=reranker,
@@ -64,7 +72,7 @@ def build_search_service(
 
     def close() -> None:
         watcher.close()
-        query_embedder.close()
+        query_embedders.close()
         if fanout is not None:
             fanout.close()
         if reranker is not None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import AdminPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
-from api.schemas import GroupsBody, GroupsOut, NodeStatusOut, ShardStatusOut, StatusOut
+from api.schemas import GroupsBody, GroupsOut, JobOut, NodeStatusOut, ShardStatusOut, StatusOut
 from authz.api_keys import validate_principal_id
 from catalog import audit
 from catalog import principals as repo
@@ -62,3 +66,57 @@ def status(request: Request, admin: AdminPrincipal, pool: PoolDep, settings: Set
             ],
         )
     return out
+
+
+class ReembedIn(BaseModel):
+    """A model migration: the target model and how to build and gate its version."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=1000, description="a sentence-transformers folder or name")
+    chunking: str | None = Field(
+        None, pattern=r"^\d{1,5}/\d{1,5}$", description="TOKENS/OVERLAP: re-chunk from the stored parsed text"
+    )
+    index_kind: Literal["flat", "hnsw", "ivfpq"] | None = None
+    shards: int | None = Field(None, ge=1, le=1024)
+    gate_dataset: str | None = Field(None, max_length=4096, description="a BEIR folder on the server")
+    gate_tolerance: float | None = Field(None, ge=0.0, le=1.0)
+    query_file: str | None = Field(None, max_length=4096, description="tenant<TAB>query lines on the server")
+    force: bool = Field(False, description="swap even when the gate fails; recorded in the audit log")
+
+
+@router.post(
+    "/admin/reembed",
+    response_model=JobOut,
+    status_code=202,
+    responses=error_responses(401, 403, 429, 409, 422),
+)
+def post_reembed(body: ReembedIn, request: Request, admin: AdminPrincipal, pool: PoolDep) -> JobOut:
+    """Start a model migration (one at a time); follow it with ``GET /v1/jobs/{job_id}``."""
+    from api.routes.jobs import job_out
+    from catalog import jobs as jobs_repo
+    from jobs.reembed_job import ReembedArgs, start_reembed
+    from wiring.reembed import reembed_config
+
+    for path in (body.gate_dataset, body.query_file):
+        if path is not None and not Path(path).exists():
+            raise InvalidInputError(f"no such file or folder on the server: {path}")
+    args = ReembedArgs(
+        model=body.model,
+        chunking=body.chunking,
+        index_kind=body.index_kind,
+        shards=body.shards,
+        gate_dataset=body.gate_dataset,
+        gate_tolerance=body.gate_tolerance,
+        query_file=body.query_file,
+        force=body.force,
+    )
+    settings = request.app.state.settings
+    url = request.app.state.database_url
+    config = reembed_config(settings, url, args, actor=admin.principal_id, tenant_id=admin.tenant_id)
+    job_id = start_reembed(url, config)
+    request.app.state.reembed.submit(job_id, config)
+    with pool.connection() as conn:
+        job = jobs_repo.get_job(conn, job_id=job_id)
+    if job is None:
+        raise InvalidInputError(f"job {job_id} vanished")
+    return job_out(job, [])

@@ -25,7 +25,12 @@ def job_out(job: jobs_repo.JobRow, errors: list[jobs_repo.ItemRow]) -> JobOut:
     end = job.finished_at or datetime.now(UTC)
     elapsed = (end - job.started_at).total_seconds() if job.started_at else 0.0
     rate = lambda n: round(n / elapsed, 3) if elapsed > 0 else 0.0  # noqa: E731
+    left = job.documents_total - job.documents_done
+    per_s = rate(job.chunks if job.kind == "reembed" else job.documents_done)
+    report = job.params.get("report")
     return JobOut(
+        eta_seconds=round(left / per_s, 1) if job.state == "running" and per_s > 0 and left > 0 else None,
+        report=dict(report) if isinstance(report, dict) else None,
         job_id=str(job.job_id),
         kind=job.kind,
         state=job.state,

@@ -75,6 +75,7 @@ def response_json(result: RetrieveResult) -> dict[str, Any]:
             ],
         },
         "index_version": result.index_version,
+        "embedding_model": result.embedding_model,
         "timings_ms": result.timings_ms,
         "degraded": result.degraded,
         "request_id": request_id_var.get(),

@@ -47,6 +47,7 @@ ERROR_STATUSES = {
     ("/v1/admin/index/aliases/{alias}:rollback", "post"): {"401", "403", "404", "409", "422", "429"},
     ("/v1/admin/index/versions/{version_id}:quality", "post"): {"401", "403", "404", "422", "429"},
     ("/v1/admin/index:gc", "post"): {"401", "403", "429"},
+    ("/v1/admin/reembed", "post"): {"401", "403", "409", "422", "429"},
 }
 
 

@@ -60,6 +60,7 @@ class StubSearch:
             results=[ResultItem(detail, 0.5, {"dense": 0.9, "lexical": 1.5})],
             context=context,
             index_version="delta-only",
+            embedding_model="bundled:all-MiniLM-L6-v2",
             timings_ms={"embed": 1.0},
             degraded=[{"stage": "rerank", "reason": "timeout"}],
         )

@@ -49,7 +49,7 @@ def _service(rrf_k: int, blend: Literal["rrf", "replace"] = "rrf") -> SearchServ
         watcher=SimpleNamespace(state=None),  # type: ignore[arg-type]
         read_pool=None,  # type: ignore[arg-type]
         searcher=None,  # type: ignore[arg-type]
-        embedder=None,  # type: ignore[arg-type]
+        embedders=None,  # type: ignore[arg-type]
         counter=None,  # type: ignore[arg-type]
         config=config,
         reranker=FakeScorer(),

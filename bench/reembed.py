@@ -1,0 +1,215 @@
+"""Model migration benchmark: backfill chunks/s vs raw ``model.encode`` chunks/s, and
+``/v1/retrieve`` latency while the migration runs vs idle, all in the same run.
+
+    python -m bench.reembed [--docs 300] [--queries 150] [--qps 10] [--ray]
+
+The corpus (Cranfield from ../shared/data, or the samples) is ingested with the bundled
+model and served as ``live``; the migration target is the same MiniLM loaded from its folder
+(a different model name, so every chunk is re-embedded; same architecture, so its encode
+rate is the fair baseline). The raw baseline encodes the same chunk texts in batches of
+``reembed.batch_chunks`` with ``reembed.threads`` threads, as the migration does. Queries go
+through the whole API in-process (TestClient), one at a time, each text new (no cache hits),
+while the migration runs in a
+background thread (``--ray``: on a niced Ray actor in another process, as in production).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.common import print_table
+from bench.ingest import (
+    CRANFIELD,
+    MODEL,
+    READER,
+    TENANT,
+    _free_port,
+    api_client,
+    cranfield_items,
+    fresh_database,
+    load_line,
+    machine_line,
+    sample_items,
+    start_ray,
+    stop_ray,
+)
+from catalog import embedded, indexes
+from catalog import jobs as jobs_repo
+from catalog.jobs import NewItem
+from catalog.principals import ensure_tenant
+from core.settings import Settings
+from index.embedder import Embedder, load_embedder, resolve_model_path
+from jobs.rebuild_job import rebuild
+from jobs.reembed_job import ReembedArgs, run_reembed, start_reembed
+from retrieve.delta import lexical_text
+from wiring import make_runner, rebuild_config
+from wiring.reembed import reembed_config
+
+TARGET_RATIO = 0.8
+LATENCY_RATIO = 1.5
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.reembed", description=__doc__)
+    p.add_argument("--docs", type=int, default=300, help="documents to ingest")
+    p.add_argument(
+        "--queries", type=int, default=150, help="idle queries (the migration runs as long as it runs)"
+    )
+    p.add_argument("--qps", type=float, default=10.0, help="query rate, idle and during (0: back to back)")
+    p.add_argument(
+        "--ray", action="store_true", help="embed on a Ray actor (another process), as in production"
+    )
+    return p.parse_args(argv)
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))] if ordered else 0.0
+
+
+def _ingest(settings: Settings, url: str, embedder: Embedder, items: list[NewItem]) -> None:
+    with psycopg.connect(url) as conn:
+        ensure_tenant(conn, tenant_id=TENANT)
+        job = jobs_repo.create_job(conn, tenant_id=TENANT, kind="ingest", items=items)
+    assert make_runner(settings, url, use_ray=False, embedder=embedder).run_job(job) == "succeeded"
+
+
+def _texts(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT c.text, c.section_path FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+            " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0 ORDER BY c.chunk_row"
+        ).fetchall()
+    return [lexical_text(t, p) for t, p in rows]
+
+
+def _paced(qps: float, started: float, i: int) -> None:
+    """Sleep until query ``i``'s slot at ``qps`` (open-loop pacing; 0 = back to back)."""
+    if qps > 0:
+        time.sleep(max(0.0, started + i / qps - time.perf_counter()))
+
+
+def _query(client: Any, headers: dict[str, str], text: str) -> float:
+    t = time.perf_counter()
+    r = client.post("/v1/retrieve", json={"query": text, "top_k": 8}, headers=headers)
+    if r.status_code != 200:
+        raise SystemExit(f"bench.reembed: /v1/retrieve answered {r.status_code}: {r.text[:200]}")
+    return (time.perf_counter() - t) * 1000
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _args(argv)
+    items = cranfield_items(args.docs) if CRANFIELD.exists() else sample_items(args.docs)
+    print(machine_line())
+    print(f"command: python -m bench.reembed {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip())
+    with tempfile.TemporaryDirectory(prefix="ragline-bench-reembed-") as tmp:
+        cluster = embedded.cluster_for(Path(tmp), port=_free_port(), fsync=False)
+        try:
+            embedded.up(cluster)
+            _run(args, items, cluster, Path(tmp))
+            print(f"\nat the end: {load_line()}")
+        finally:
+            stop_ray()
+            embedded.destroy(cluster)
+    return 0
+
+
+def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.LocalCluster, tmp: Path) -> None:
+    from authz.api_keys import create_key
+
+    url = fresh_database(cluster, "reembed")
+    settings = Settings(
+        data_dir=tmp,
+        database_url=url,
+        log_level="WARNING",
+        index={"maintenance_seconds": 0, "poll_seconds": 0.5},
+    )
+    embedder = load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size)
+    _ingest(settings, url, embedder, items)
+    version = rebuild(url, rebuild_config(settings))
+    with psycopg.connect(url) as conn, conn.transaction():
+        indexes.swap_alias(conn, alias="live", version_id=version)
+        token = create_key(conn, tenant_id=TENANT, roles=["query"], principal_id=READER).token
+    texts = _texts(url)
+    target = str(Path(resolve_model_path(MODEL)).resolve())
+    r = settings.reembed
+    print(
+        f"corpus: {len(items)} documents, {len(texts)} leaf chunks; target {target}"
+        f" (threads {r.threads}, batch {r.batch_chunks})"
+    )
+    raw_model = load_embedder(target, device="cpu", batch_size=r.batch_chunks, threads=r.threads)
+    t = time.perf_counter()
+    for start in range(0, len(texts), r.batch_chunks):
+        raw_model.embed(texts[start : start + r.batch_chunks])
+    raw_rate = len(texts) / (time.perf_counter() - t)
+    if args.ray:
+        start_ray(tmp)
+    headers = {"Authorization": f"Bearer {token}"}
+    queries = [" ".join(t.split()[:8]) for t in texts]
+    with api_client(settings, embedder) as client:
+        client.app.state.search.watcher.check_alias(psycopg.connect(url))
+        for q in queries[:10]:  # warm-up
+            _query(client, headers, q)
+        # Every query text is new (a counter word), so the query-embedding cache never answers.
+        idle, t0 = [], time.perf_counter()
+        for i in range(args.queries):
+            _paced(args.qps, t0, i)
+            idle.append(_query(client, headers, f"{queries[i % len(queries)]} q{i}"))
+        config = reembed_config(settings, url, ReembedArgs(model=target), actor="bench", use_ray=args.ray)
+        config = replace(config, build=replace(config.build, n_shards=settings.index.shards))
+        job_id = start_reembed(url, config)
+        states: list[str | None] = []
+        worker = threading.Thread(target=lambda: states.append(run_reembed(url, job_id, config)))
+        worker.start()
+        during: list[float] = []
+        i, t0 = 0, time.perf_counter()
+        while worker.is_alive():
+            _paced(args.qps, t0, i)
+            during.append(_query(client, headers, f"{queries[i % len(queries)]} m{i}"))
+            i += 1
+        worker.join()
+    with psycopg.connect(url) as conn:
+        job = jobs_repo.get_job(conn, job_id=job_id)
+    report = dict(job.params["report"]) if job else {}
+    backfill = report.get("backfill", {})
+    rate = float(backfill.get("chunks_per_s", 0.0))
+    print(
+        f"\nmigration: {states[0]}; backfill {backfill};"
+        f" embedded on {'a Ray actor' if args.ray else 'a thread of this process'}"
+    )
+    print_table(
+        ["measure", "value", "baseline (same run)", "ratio", "goal"],
+        [
+            ["embed chunks/s", rate, raw_rate, rate / raw_rate, f">= {TARGET_RATIO}"],
+            [
+                "/v1/retrieve p95 ms",
+                _p(during, 0.95),
+                _p(idle, 0.95),
+                _p(during, 0.95) / _p(idle, 0.95),
+                f"<= {LATENCY_RATIO}",
+            ],
+            [
+                "/v1/retrieve p50 ms",
+                statistics.median(during),
+                statistics.median(idle),
+                statistics.median(during) / statistics.median(idle),
+                "",
+            ],
+            ["queries", len(during), len(idle), "", ""],
+        ],
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

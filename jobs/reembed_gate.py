@@ -1,0 +1,168 @@
+"""The gate a model migration's target version must pass before it serves.
+
+1. completeness: the version holds exactly the catalog's live leaf chunks at its position
+   (per-shard counts, ``ragline index verify``'s reconciliation);
+2. index quality: recall@10 of each built ANN shard against exact search, with a sample of
+   the shard's own stored vectors as queries;
+3. retrieval quality (when a BEIR-layout dataset is configured): nDCG@10 of the target
+   minus the live version, both through the real search path;
+4. a sample of real queries answered by both: the mean top-10 overlap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import psycopg
+
+from authz.acl import AclFilter
+from catalog.indexes import VersionRow
+from core.beir import load_beir
+from index.builder import load_version
+from index.faiss_shards import exact_search
+from jobs.index_verify import reconcile
+from retrieve.service import RetrieveRequest, SearchService
+
+K = 10
+GATE_READER = "service:reembed-gate"
+
+# Opens a search service over one index version (by id) for the length of the block.
+SearchOpener = Callable[[str], AbstractContextManager[SearchService]]
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    recall_floor: float
+    recall_sample: int
+    dataset: Path | None
+    dataset_tenant: str | None
+    tolerance: float
+    mode: Literal["dense", "hybrid"]
+    query_file: Path | None
+    query_sample: int
+
+
+def completeness(conn: psycopg.Connection, target: VersionRow, *, live_chunks: int) -> dict[str, Any]:
+    """Per-shard counts against the live chunks at the build position, and reconciliation."""
+    version = load_version(Path(target.path))
+    shards = [int(s.dense.ntotal) for s in version.shards]
+    rec = reconcile(conn, target)
+    passed = sum(shards) == live_chunks and rec.ok
+    return {
+        "passed": passed,
+        "shard_vectors": shards,
+        "vectors": sum(shards),
+        "live_chunks_at_position": live_chunks,
+        "catalog_position": target.catalog_position,
+        "reconcile": rec.as_json(),
+    }
+
+
+def index_recall(target: VersionRow, *, sample: int, floor: float, seed: int = 0) -> dict[str, Any]:
+    """recall@10 of each shard's ANN search against exact search over the same vectors."""
+    version = load_version(Path(target.path))
+    rng = np.random.default_rng(seed)
+    per_shard: list[dict[str, Any]] = []
+    for shard in version.shards:
+        dense = shard.dense
+        n = int(dense.ntotal)
+        if n == 0:
+            continue
+        picks = np.sort(rng.choice(n, size=min(sample, n), replace=False))
+        queries = np.asarray(dense.vectors[picks], dtype=np.float32)
+        k = min(K, n)
+        _, exact = exact_search(dense.vectors, queries, k)
+        _, ann = dense.search(queries, k, allowed=None, strategy="unfiltered")
+        hits = sum(len(set(a[a >= 0]) & set(e[e >= 0])) for a, e in zip(ann, exact, strict=True))
+        per_shard.append(
+            {"kind": dense.kind, "vectors": n, "recall_at_10": round(hits / (k * len(picks)), 4)}
+        )
+    worst = min((s["recall_at_10"] for s in per_shard), default=1.0)
+    return {"passed": worst >= floor, "floor": floor, "min_recall_at_10": worst, "shards": per_shard}
+
+
+def ndcg_at_10(ranked: Sequence[str], qrels: Mapping[str, int]) -> float:
+    """nDCG@10 with linear gains (Järvelin & Kekäläinen 2002), as trec_eval's ``ndcg_cut.10``."""
+    top = list(dict.fromkeys(ranked))[:K]
+    dcg = math.fsum(max(qrels.get(d, 0), 0) / math.log2(i + 1) for i, d in enumerate(top, 1))
+    ideal = sorted((g for g in qrels.values() if g > 0), reverse=True)[:K]
+    idcg = math.fsum(g / math.log2(i + 1) for i, g in enumerate(ideal, 1))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def _ranked_docs(service: SearchService, query: str, acl: AclFilter, mode: str) -> tuple[list[str], str, str]:
+    result = service.retrieve(
+        RetrieveRequest(query=query, top_k=3 * K, mode=mode, max_context_tokens=0, rerank=False),  # type: ignore[arg-type]
+        acl,
+    )
+    docs = list(dict.fromkeys(r.detail.external_id for r in result.results))
+    return docs, result.index_version, result.embedding_model
+
+
+def retrieval_quality(
+    live: SearchService, target: SearchService, config: GateConfig
+) -> dict[str, Any] | None:
+    """nDCG@10 of both versions over the gate dataset; None when no dataset is configured."""
+    if config.dataset is None or config.dataset_tenant is None:
+        return None
+    collection = load_beir(config.dataset)
+    acl = AclFilter(tenant_id=config.dataset_tenant, readers=frozenset({GATE_READER}))
+    scores: dict[str, list[float]] = {"live": [], "target": []}
+    for qid, text in collection.queries.items():
+        qrels = collection.qrels.get(qid)
+        if not qrels:
+            continue
+        for name, service in (("live", live), ("target", target)):
+            docs, _, _ = _ranked_docs(service, text, acl, config.mode)
+            scores[name].append(ndcg_at_10(docs, qrels))
+    n = len(scores["live"])
+    live_ndcg = sum(scores["live"]) / n if n else 0.0
+    target_ndcg = sum(scores["target"]) / n if n else 0.0
+    delta = target_ndcg - live_ndcg
+    return {
+        "passed": n > 0 and delta >= -config.tolerance,
+        "queries": n,
+        "mode": config.mode,
+        "live_ndcg_at_10": round(live_ndcg, 4),
+        "target_ndcg_at_10": round(target_ndcg, 4),
+        "delta": round(delta, 4),
+        "tolerance": config.tolerance,
+    }
+
+
+def read_query_file(path: Path, limit: int) -> list[tuple[str, frozenset[str], str]]:
+    """``tenant<TAB>query`` or ``tenant<TAB>reader,reader<TAB>query`` lines; # comments skipped."""
+    out: list[tuple[str, frozenset[str], str]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) == 2:
+            out.append((parts[0], frozenset({GATE_READER}), parts[1]))
+        elif len(parts) == 3:
+            readers = frozenset(r.strip() for r in parts[1].split(",") if r.strip()) or {GATE_READER}
+            out.append((parts[0], frozenset(readers), parts[2]))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def query_overlap(live: SearchService, target: SearchService, config: GateConfig) -> dict[str, Any] | None:
+    """Mean top-10 overlap (shared documents / 10) of the operator's sample queries."""
+    if config.query_file is None:
+        return None
+    queries = read_query_file(config.query_file, config.query_sample)
+    overlaps = []
+    for tenant, readers, text in queries:
+        acl = AclFilter(tenant_id=tenant, readers=readers)
+        a, _, _ = _ranked_docs(live, text, acl, "hybrid")
+        b, _, _ = _ranked_docs(target, text, acl, "hybrid")
+        overlaps.append(len(set(a[:K]) & set(b[:K])) / K)
+    mean = sum(overlaps) / len(overlaps) if overlaps else 0.0
+    return {"queries": len(overlaps), "mean_top10_overlap": round(mean, 4)}

@@ -1,0 +1,158 @@
+"""Model migration gates, crash-resume and refusals, on real PostgreSQL and real models."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from catalog import indexes
+from catalog import jobs as jobs_repo
+from catalog import reembed as reembed_repo
+from catalog.maintenance import all_live_leaf_count
+from core.errors import CapacityError, ConflictError
+from core.settings import Settings
+from jobs.reembed_job import run_reembed, start_reembed
+from tests.integration.jobs import reembed_helpers as h
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _job(url: str, job_id):  # type: ignore[no-untyped-def]
+    with psycopg.connect(url) as conn:
+        return jobs_repo.get_job(conn, job_id=job_id)
+
+
+def test_random_weights_fail_the_quality_gate_and_the_old_version_keeps_serving(
+    db_url: str,
+    tmp_path: Path,
+    embedder,
+    model_variants_dir: dict[str, Path],  # type: ignore[no-untyped-def]
+) -> None:
+    h.ingest(db_url, tmp_path, embedder, "gate", h.topic_docs())
+    live = h.build_live(db_url, tmp_path / "indexes")
+    dataset = h.write_beir(tmp_path / "beir")
+    settings = Settings(
+        data_dir=tmp_path, database_url=db_url, reembed={"gate_tenant": "gate", "batch_chunks": 8}
+    )
+    config = h.migration_config(settings, db_url, model_variants_dir["random"], gate_dataset=str(dataset))
+    job_id = start_reembed(db_url, config)
+    with pytest.raises(ConflictError):  # one migration at a time
+        start_reembed(db_url, config, target_dim=384)
+    assert run_reembed(db_url, job_id, config) == "failed"
+    job = _job(db_url, job_id)
+    gate = job.params["report"]["gate"]
+    quality = gate["retrieval_quality"]
+    assert quality["passed"] is False and "retrieval_quality" in gate["failed"]
+    assert quality["live_ndcg_at_10"] > 0.8  # the bundled model finds every paraphrase
+    assert quality["delta"] < -quality["tolerance"]
+    assert gate["completeness"]["passed"] and gate["index_quality"]["passed"]
+    assert "gate failed" in (job.error or "")
+    with psycopg.connect(db_url) as conn:
+        assert indexes.resolve_alias(conn, alias="live").version_id == live  # type: ignore[union-attr]
+        target = indexes.get_version(conn, version_id=gate["target_version"])
+        assert target is not None and target.state == "ready"  # kept for inspection until GC
+        assert target.params["gate"]["retrieval_quality"]["delta"] == quality["delta"]
+        assert reembed_repo.active_migration(conn) is None  # dual writes stopped
+
+
+def test_capacity_budget_refuses_with_the_numbers(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    h.ingest(db_url, tmp_path, embedder, "acme", h.topic_docs()[:3])
+    settings = Settings(data_dir=tmp_path, database_url=db_url, reembed={"ram_budget_bytes": 1000})
+    config = h.migration_config(settings, db_url, Path("bundled-variant-not-loaded"))
+    with pytest.raises(CapacityError, match=r"RAM \d+ > budget 1000 bytes"):
+        start_reembed(db_url, config, target_dim=384)
+
+
+def test_kill_9_mid_backfill_then_resume_embeds_only_what_is_missing(
+    db_url: str,
+    tmp_path: Path,
+    embedder,
+    model_variants_dir: dict[str, Path],  # type: ignore[no-untyped-def]
+) -> None:
+    words = "orbit comet nebula galaxy quasar pulsar meteor asteroid planet moon star cluster".split()
+    docs = [
+        (
+            f"d{i}",
+            "\n\n".join(" ".join(words[(i + p + j) % 12] for j in range(40)) for p in range(4)),
+            h.Acl((), True),
+        )
+        for i in range(30)
+    ]
+    h.ingest(db_url, tmp_path, embedder, "acme", docs)
+    h.build_live(db_url, tmp_path / "indexes")
+    model = str(model_variants_dir["cls"])
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "RAGLINE_DATABASE_URL": db_url,
+        "RAGLINE_DATA_DIR": str(tmp_path),
+        "RAGLINE_REEMBED__BATCH_CHUNKS": "2",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "reembed", "--model", model, "--wait", "--no-ray"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        total = all_live_leaf_count(conn)
+        deadline = time.monotonic() + 180
+        done = 0
+        while time.monotonic() < deadline and done < 6:
+            done = total - reembed_repo.missing_count(conn, model=model)
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        committed = total - reembed_repo.missing_count(conn, model=model)
+        assert 0 < committed < total, "the kill must land mid-backfill"
+        before = dict(
+            conn.execute(
+                "SELECT chunk_row, vector FROM chunk_embeddings WHERE model = %s", (model,)
+            ).fetchall()
+        )
+        migration = reembed_repo.active_migration(conn)
+        assert migration is not None  # a killed job stays resumable
+    settings = Settings(data_dir=tmp_path, database_url=db_url)
+    config = h.migration_config(settings, db_url, Path(model))
+    assert run_reembed(db_url, migration.job_id, config, force_claim=True) == "succeeded"
+    report = _job(db_url, migration.job_id).params["report"]
+    assert report["resumed_with_vectors"] == committed
+    assert report["embedded_this_run"] == total - committed  # nothing committed was re-embedded
+    with psycopg.connect(db_url) as conn:
+        after = dict(
+            conn.execute(
+                "SELECT chunk_row, vector FROM chunk_embeddings WHERE model = %s", (model,)
+            ).fetchall()
+        )
+        assert len(after) == total and all(after[r] == v for r, v in before.items())
+        live = indexes.resolve_alias(conn, alias="live")
+        assert live is not None and live.embedding_model == model and live.chunk_count == total
+
+
+def test_scheduled_rebuild_waits_for_a_running_migration(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+    from jobs.scheduler import tick
+    from tests import factories
+
+    h.ingest(db_url, tmp_path, embedder, "acme", h.topic_docs()[:3])
+    with psycopg.connect(db_url) as conn:
+        job_id = jobs_repo.create_job(conn, tenant_id="acme", kind="reembed", items=[])
+        reembed_repo.start_migration(
+            conn, job_id=job_id, model="/models/next", live_model="bundled:all-MiniLM-L6-v2"
+        )
+        conn.commit()
+    config = factories.rebuild(tmp_path / "indexes", model_name="bundled:all-MiniLM-L6-v2")
+    result = tick(db_url, config, factories.policy())
+    assert result.ran and result.rebuilt is None
+    assert any(r.startswith("deferred: migration") for r in result.reasons)
+    with psycopg.connect(db_url) as conn:
+        assert indexes.list_versions(conn) == []

@@ -1,0 +1,127 @@
+"""Model migrations from the settings: the job's config and the gate's search services."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import cast
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from catalog import indexes as indexes_repo
+from core.errors import InvalidInputError, NotFoundError
+from core.settings import IngestSettings, Settings
+from index.faiss_shards import DenseKind
+from ingest.pipeline import ChunkingConfig
+from jobs.reembed_gate import GateConfig, SearchOpener
+from jobs.reembed_job import ReembedArgs, ReembedConfig
+from retrieve.service import SearchService
+from wiring.embedding import embedding_spec
+from wiring.index import LIVE_ALIAS, rebuild_config
+from wiring.search import build_search_service
+
+INDEX_KINDS = ("flat", "hnsw", "ivfpq")
+
+
+def parse_chunking(value: str | None) -> ChunkingConfig | None:
+    """``TOKENS/OVERLAP`` (e.g. ``128/16``) within the ingest settings' limits."""
+    if value is None:
+        return None
+    tokens, _, overlap = value.partition("/")
+    try:
+        config = IngestSettings(chunk_tokens=int(tokens), chunk_overlap=int(overlap or 0))
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise InvalidInputError(
+            f"chunking must be TOKENS/OVERLAP with 16 <= TOKENS <= 8192 and OVERLAP < TOKENS: {value!r}"
+        ) from exc
+    return ChunkingConfig(config.chunk_tokens, config.chunk_overlap)
+
+
+def version_search_opener(settings: Settings, url: str) -> SearchOpener:
+    """Search services over one version each, through the real request path (gate only)."""
+
+    @contextmanager
+    def open_version(version_id: str) -> Iterator[SearchService]:
+        alias = f"gate-{version_id}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = indexes_repo.get_version(conn, version_id=version_id)
+            if row is None:
+                raise NotFoundError(f"no index version {version_id}")
+            indexes_repo.swap_alias(conn, alias=alias, version_id=version_id)
+        pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
+        try:
+            embedder = embedding_spec(settings, batch_size=32).for_model(row.embedding_model).load()
+            service, close = build_search_service(settings, pool, embedder, alias=alias, watch=False)
+            try:
+                yield service
+            finally:
+                close()
+        finally:
+            pool.close()
+            with psycopg.connect(url, autocommit=True) as conn:
+                indexes_repo.drop_alias(conn, alias=alias)
+
+    return open_version
+
+
+def reembed_config(
+    settings: Settings,
+    url: str,
+    args: ReembedArgs,
+    *,
+    actor: str,
+    tenant_id: str | None = None,
+    use_ray: bool = True,
+) -> ReembedConfig:
+    """The migration ``args`` asks for, with everything else from ``settings.reembed``."""
+    r = settings.reembed
+    if args.index_kind is not None and args.index_kind not in INDEX_KINDS:
+        raise InvalidInputError(f"index kind must be one of {', '.join(INDEX_KINDS)}")
+    dataset = Path(args.gate_dataset) if args.gate_dataset else None
+    if dataset is not None and not r.gate_tenant:
+        raise InvalidInputError(
+            "a gate dataset needs RAGLINE_REEMBED__GATE_TENANT (the tenant holding its corpus)"
+        )
+    model = str(Path(args.model).resolve()) if Path(args.model).is_dir() else args.model
+    build = rebuild_config(settings, shards=args.shards)
+    build = replace(
+        build,
+        model_name=model,
+        force_kind=cast(DenseKind, args.index_kind) if args.index_kind else build.force_kind,
+    )
+    return ReembedConfig(
+        args=replace(args, model=model),
+        target=replace(
+            embedding_spec(settings, batch_size=r.batch_chunks).for_model(model), threads=r.threads
+        ),
+        build=build,
+        chunking=parse_chunking(args.chunking),
+        gate=GateConfig(
+            recall_floor=r.recall_floor,
+            recall_sample=r.recall_sample,
+            dataset=dataset,
+            dataset_tenant=r.gate_tenant,
+            tolerance=args.gate_tolerance if args.gate_tolerance is not None else r.gate_tolerance,
+            mode=r.gate_mode,
+            query_file=Path(args.query_file) if args.query_file else None,
+            query_sample=r.query_sample,
+        ),
+        open_search=version_search_opener(settings, url),
+        alias=LIVE_ALIAS,
+        live_model=settings.embedding_model,
+        batch_chunks=r.batch_chunks,
+        actors=r.actors,
+        nice=r.nice,
+        threads=r.threads,
+        use_ray=use_ray,
+        ray_address=settings.ray_address,
+        lease_seconds=settings.ingest.job_lease_seconds,
+        data_dir=settings.data_dir,
+        ram_budget_bytes=r.ram_budget_bytes,
+        disk_budget_bytes=r.disk_budget_bytes,
+        tenant_id=tenant_id or r.job_tenant,
+        actor=actor,
+    )
