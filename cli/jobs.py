@@ -259,7 +259,7 @@ def _jobs_run_due(args: argparse.Namespace) -> int:
 
     from catalog import maintenance
     from jobs.schedules import run_due
-    from wiring.index import schedule_runners
+    from wiring.maintenance import schedule_runners
 
     settings = get_settings()
     url = _url(settings)

@@ -46,16 +46,52 @@ def next_after(expression: str, after: datetime) -> datetime:
     return croniter(expression, after.astimezone(UTC)).get_next(datetime)
 
 
-def add(
-    conn: psycopg.Connection, *, job: str, cron: str, args: Mapping[str, Any], actor: str, now: datetime
-) -> schedules_repo.ScheduleRow:
+# The arguments each job kind takes, and how a stored (string) value becomes its type.
+_ARG_TYPES: dict[str, dict[str, Callable[[str], Any]]] = {
+    "rebuild": {"shards": int},
+    "reembed": {
+        "model": str,
+        "chunking": str,
+        "index_kind": str,
+        "shards": int,
+        "gate_dataset": str,
+        "gate_tolerance": float,
+        "query_file": str,
+        "force": lambda v: {"true": True, "false": False}[v.lower()],
+    },
+}
+_REQUIRED = {"rebuild": (), "reembed": ("model",)}
+
+
+def validate_args(job: str, args: Mapping[str, str]) -> dict[str, Any]:
+    """Typed job arguments from ``KEY=VALUE`` strings; unknown or missing keys are refused."""
     if job not in JOBS:
         raise InvalidInputError(f"job must be one of {JOBS}, got {job!r}")
+    types = _ARG_TYPES[job]
+    unknown = sorted(set(args) - set(types))
+    if unknown:
+        raise InvalidInputError(f"{job} takes {sorted(types)}; unknown: {unknown}")
+    missing = [k for k in _REQUIRED[job] if k not in args]
+    if missing:
+        raise InvalidInputError(f"{job} needs {missing}")
+    typed: dict[str, Any] = {}
+    for key, value in args.items():
+        try:
+            typed[key] = types[key](str(value))
+        except (KeyError, ValueError) as exc:
+            raise InvalidInputError(f"{job} argument {key}={value!r} is not valid") from exc
+    return typed
+
+
+def add(
+    conn: psycopg.Connection, *, job: str, cron: str, args: Mapping[str, str], actor: str, now: datetime
+) -> schedules_repo.ScheduleRow:
+    """Store a schedule; its first run is the first window after ``now``."""
     return schedules_repo.add_schedule(
         conn,
         job=job,
         cron=validate_cron(cron),
-        args=args,
+        args=validate_args(job, args),
         next_run_at=next_after(cron, now),
         created_by=actor,
     )

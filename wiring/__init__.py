@@ -7,8 +7,9 @@ parameters.
 
 from wiring.audit import audit_writer
 from wiring.embedding import embedding_spec
-from wiring.index import dense_params, lexical_tokenizer, maintenance_scheduler, rebuild_config
+from wiring.index import dense_params, lexical_tokenizer, rebuild_config
 from wiring.ingest import make_runner
+from wiring.maintenance import maintenance_scheduler
 from wiring.search import build_reranker, build_search_service
 from wiring.status import deployment_status
 

@@ -6,8 +6,7 @@ from core.settings import Settings
 from index.faiss_shards import DenseParams
 from index.tokenize import Tokenizer
 from jobs.rebuild_job import RebuildConfig
-from jobs.scheduler import MaintenancePolicy, MaintenanceScheduler, scheduled_rebuild
-from jobs.schedules import ScheduleRunner
+from jobs.scheduler import MaintenancePolicy
 
 # The alias serving nodes load and maintenance rebuilds into.
 LIVE_ALIAS = "live"
@@ -59,17 +58,3 @@ def maintenance_policy(settings: Settings) -> MaintenancePolicy:
         gc_grace_seconds=ix.gc_grace_seconds,
         audit_retention_seconds=settings.audit.retention_days * 86400.0,
     )
-
-
-def maintenance_scheduler(settings: Settings, url: str) -> MaintenanceScheduler | None:
-    """The rebuild/swap/GC loop every server runs; None when ``index.maintenance_seconds`` is 0."""
-    if settings.index.maintenance_seconds <= 0:
-        return None
-    return MaintenanceScheduler(
-        url, rebuild_config(settings), maintenance_policy(settings), schedule_runners(settings, url)
-    )
-
-
-def schedule_runners(settings: Settings, url: str) -> dict[str, ScheduleRunner]:
-    """What each stored schedule's job kind runs (servers' maintenance loop, ``jobs run-due``)."""
-    return {"rebuild": scheduled_rebuild(url, rebuild_config(settings), alias=LIVE_ALIAS)}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -17,7 +19,8 @@ from core.settings import IngestSettings, Settings
 from index.faiss_shards import DenseKind
 from ingest.pipeline import ChunkingConfig
 from jobs.reembed_gate import GateConfig, SearchOpener
-from jobs.reembed_job import ReembedArgs, ReembedConfig
+from jobs.reembed_job import ReembedArgs, ReembedConfig, start_reembed
+from jobs.schedules import ScheduleRunner
 from retrieve.service import SearchService
 from wiring.embedding import embedding_spec
 from wiring.index import LIVE_ALIAS, rebuild_config
@@ -125,3 +128,22 @@ def reembed_config(
         tenant_id=tenant_id or r.job_tenant,
         actor=actor,
     )
+
+
+def scheduled_reembed(settings: Settings, url: str) -> ScheduleRunner:
+    """The runner of ``reembed`` schedules: starts the migration job and hands it to its own
+    detached process (as ``ragline reembed`` without ``--wait``), so a migration that takes hours
+    never holds the maintenance loop or its lock."""
+
+    def run(params: Mapping[str, Any]) -> str:
+        args = ReembedArgs.from_params(params)
+        config = reembed_config(settings, url, args, actor="schedule")
+        job_id = start_reembed(url, config)
+        log_path = settings.log_dir / f"reembed-{job_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", args.model, "--resume", str(job_id)]
+        with log_path.open("ab") as out:
+            subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+        return f"started reembed job {job_id} to {config.target.model_name} (log {log_path})"
+
+    return run

@@ -25,3 +25,22 @@ def test_next_window_is_strictly_after() -> None:
 def test_invalid_cron_is_refused(bad: str) -> None:
     with pytest.raises(InvalidInputError, match="not a cron expression"):
         validate_cron(bad)
+
+
+def test_job_arguments_are_typed_and_checked() -> None:
+    from jobs.schedules import validate_args
+
+    assert validate_args("rebuild", {"shards": "4"}) == {"shards": 4}
+    assert validate_args("reembed", {"model": "/m", "force": "true", "gate_tolerance": "0.02"}) == {
+        "model": "/m",
+        "force": True,
+        "gate_tolerance": 0.02,
+    }
+    with pytest.raises(InvalidInputError, match="unknown"):
+        validate_args("rebuild", {"shard": "4"})
+    with pytest.raises(InvalidInputError, match="needs \\['model'\\]"):
+        validate_args("reembed", {"shards": "2"})
+    with pytest.raises(InvalidInputError, match="not valid"):
+        validate_args("reembed", {"model": "/m", "force": "maybe"})
+    with pytest.raises(InvalidInputError, match="job must be one of"):
+        validate_args("vacuum", {})
