@@ -16,9 +16,16 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.context import request_id_var
-from core.errors import RaglineError
+from core.errors import BatchRejectedError, RaglineError
 
 log = logging.getLogger(__name__)
+
+
+class RejectionOut(BaseModel):
+    index: int
+    external_id: str | None
+    code: str
+    message: str
 
 
 class ValidationIssue(BaseModel):
@@ -33,6 +40,8 @@ class ErrorDetail(BaseModel):
     request_id: str
     # Only request validation failures (422 invalid_request) list the fields at fault.
     details: list[ValidationIssue] | None = None
+    # Only a push whose every document was rejected (422 all_documents_rejected) lists them.
+    rejections: list[RejectionOut] | None = None
 
 
 class ErrorBody(BaseModel):
@@ -89,11 +98,15 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-def _response(status: int, code: str, message: str, **extra: object) -> JSONResponse:
+def _response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: object
+) -> JSONResponse:
     body: dict[str, object] = {"code": code, "message": message, "request_id": request_id_var.get()}
     body.update(extra)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    out = dict(headers or {})
+    if status == 401:
+        out["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"error": body}, status_code=status, headers=out or None)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -101,6 +114,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _domain(_: Request, exc: RaglineError) -> JSONResponse:
         if exc.http_status >= 500:
             log.error("request failed: %s (%s)", exc.code, exc.message)
+        if isinstance(exc, BatchRejectedError):
+            return _response(exc.http_status, exc.code, exc.message, rejections=exc.rejections)
         return _response(exc.http_status, exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -113,10 +128,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
-        return _response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+        codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+        code = codes.get(exc.status_code, "http_error")
+        # Keep the exception's headers: a 405 says which methods the path allows (Allow).
+        return _response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error: %s", type(exc).__name__)
-        return _response(500, "internal_error", "internal error")
+    # Unexpected exceptions become a 500 in RequestContextMiddleware, inside the request
+    # id's scope, so that answer carries the id too (Starlette's ServerErrorMiddleware sits
+    # outside every user middleware and would answer without it).

@@ -8,28 +8,61 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
     StringConstraints,
     create_model,
     field_validator,
     model_validator,
 )
 
+from core import validation
+from core.errors import InvalidInputError
 from core.settings import MIN_CONTEXT_TOKENS
 
 MIME_TYPES = ("application/pdf", "text/html", "text/markdown", "text/plain")
 MimeType = Literal["application/pdf", "text/html", "text/markdown", "text/plain"]
-AclEntry = Annotated[str, StringConstraints(pattern=r"^(user|group|service):[^\s]{1,200}$")]
+
+
+def _rule(check: Callable[[str], str]) -> AfterValidator:
+    """A ``core.validation`` rule as a pydantic validator (its message becomes the 422's)."""
+
+    def run(value: str) -> str:
+        try:
+            return check(value)
+        except InvalidInputError as exc:
+            raise ValueError(exc.message) from None
+
+    return AfterValidator(run)
+
+
+# The edge's types: one set of rules (core/validation.py) for the API, the CLI and the jobs.
+AclEntry = Annotated[str, _rule(validation.acl_principal)]
+GroupId = Annotated[str, _rule(validation.group_id)]
+PrincipalId = Annotated[str, StringConstraints(max_length=256), _rule(validation.principal_id)]
+ExternalId = Annotated[str, _rule(validation.external_id)]
+SafeText = Annotated[str, _rule(validation.no_nul)]
 MetaKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
-MetaValue = Annotated[str, StringConstraints(max_length=2000)] | int | float | bool | None
+# Values that decide access or filtering are strict: "yes", "on" or 1 are not booleans.
+MetaValue = (
+    Annotated[str, StringConstraints(max_length=2000), _rule(validation.no_nul)]
+    | StrictBool
+    | StrictInt
+    | StrictFloat
+    | None
+)
 
 
 class Strict(BaseModel):
@@ -38,12 +71,12 @@ class Strict(BaseModel):
 
 class AclIn(Strict):
     principals: list[AclEntry] = Field(default_factory=list, max_length=1000)
-    public: bool = False
+    public: StrictBool = False
 
 
 class DocumentIn(Strict):
-    external_id: Annotated[str, StringConstraints(min_length=1, max_length=512)]
-    title: Annotated[str, StringConstraints(max_length=1000)] | None = None
+    external_id: ExternalId
+    title: Annotated[SafeText, StringConstraints(max_length=1000)] | None = None
     text: str | None = None
     content_base64: str | None = None
     mime_type: MimeType | None = None
@@ -176,7 +209,7 @@ class JobOut(BaseModel):
 
 class AclUpdate(Strict):
     principals: list[AclEntry] = Field(default_factory=list, max_length=1000)
-    public: bool = False
+    public: StrictBool = False
 
     @field_validator("principals")
     @classmethod
@@ -245,15 +278,37 @@ class ReadyOut(BaseModel):
 
 # --- retrieval ------------------------------------------------------------------------------
 
-FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=500), _rule(validation.no_nul)]
+
+
+def _instant(value: datetime | date) -> datetime:
+    try:
+        return validation.filter_instant(value)
+    except InvalidInputError as exc:
+        raise ValueError(exc.message) from None
+
+
+# A date or datetime, as an aware datetime (a date or naive time is UTC).
+FilterInstant = Annotated[datetime | date, AfterValidator(_instant)]
+
+
+_EMPTY_LIST = "An empty list applies no filter, the same as leaving the field out."
 
 
 class FiltersIn(Strict):
-    source: list[FilterValue] = Field(default_factory=list, max_length=100)
-    mime_type: list[FilterValue] = Field(default_factory=list, max_length=10)
-    created_after: datetime | date | None = None
-    created_before: datetime | date | None = None
-    metadata: dict[MetaKey, FilterValue | list[FilterValue]] = Field(default_factory=dict, max_length=32)
+    """Conditions a result must meet (all of them). A list matches any of its values; an
+    empty list applies no filter on that field, for ``source``, ``mime_type`` and every
+    ``metadata`` key alike. Dates without a time zone are UTC."""
+
+    source: list[FilterValue] = Field(default_factory=list, max_length=100, description=_EMPTY_LIST)
+    mime_type: list[FilterValue] = Field(default_factory=list, max_length=10, description=_EMPTY_LIST)
+    created_after: FilterInstant | None = None
+    created_before: FilterInstant | None = None
+    metadata: dict[MetaKey, FilterValue | list[FilterValue]] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="metadata key -> value or list of values. " + _EMPTY_LIST,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +345,7 @@ class RetrieveInBase(Strict):
     rerank: bool | None = None
     max_context_tokens: int
     expand: Literal["none", "parent"] = "none"
-    as_principal: Annotated[str, StringConstraints(max_length=256)] | None = None
+    as_principal: PrincipalId | None = None
 
 
 def retrieve_in_model(limits: RetrieveLimits) -> type[RetrieveInBase]:
