@@ -146,6 +146,14 @@ class ItemError(BaseModel):
     message: str | None
 
 
+class ItemWarnings(BaseModel):
+    """An item that was indexed with warnings, such as ``mislabelled_content``."""
+
+    item_no: int
+    external_id: str
+    warnings: list[str]
+
+
 class JobDocuments(BaseModel):
     total: int
     done: int
@@ -189,6 +197,15 @@ class JobOut(BaseModel):
                             "message": "the PDF is encrypted",
                         }
                     ],
+                    "warnings": [
+                        {
+                            "item_no": 1,
+                            "external_id": "notes.txt",
+                            "warnings": [
+                                "mislabelled_content: declared text/plain, parsed as application/pdf"
+                            ],
+                        }
+                    ],
                 }
             ]
         }
@@ -205,6 +222,7 @@ class JobOut(BaseModel):
     started_at: str | None
     finished_at: str | None
     errors: list[ItemError] = Field(default_factory=list)
+    warnings: list[ItemWarnings] = Field(default_factory=list)
 
 
 class AclUpdate(Strict):

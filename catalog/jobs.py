@@ -184,6 +184,16 @@ def items(conn: psycopg.Connection, *, job_id: uuid.UUID, state: str | None = No
         return cur.execute(sql + " ORDER BY item_no", args).fetchall()
 
 
+def warned_items(conn: psycopg.Connection, *, job_id: uuid.UUID, limit: int = 1000) -> list[ItemRow]:
+    """Items that finished with warnings (mislabelled content, decoding fixes), in item order."""
+    with conn.cursor(row_factory=_ITEM_ROW) as cur:
+        return cur.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM job_items WHERE job_id = %s AND cardinality(warnings) > 0"
+            " ORDER BY item_no LIMIT %s",
+            (job_id, limit),
+        ).fetchall()
+
+
 def item_payload(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -> bytes | None:
     row = conn.execute(
         "SELECT payload FROM job_items WHERE job_id = %s AND item_no = %s", (job_id, item_no)

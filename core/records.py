@@ -129,6 +129,8 @@ class Prepared:
     chunks: tuple[Chunk, ...]
     page_count: int
     warnings: tuple[str, ...]
+    # The connector's title, else the one the parser found (H1, <title>, PDF metadata).
+    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,7 +75,7 @@ def prepare(
         return Failed(ref, "internal_error", type(exc).__name__)
     if not any(c.level == 0 for c in chunks):
         return Failed(ref, "empty_document", "no text to index")
-    return Prepared(ref, source, digest, tuple(chunks), parsed.page_count, parsed.warnings)
+    return Prepared(ref, source, digest, tuple(chunks), parsed.page_count, parsed.warnings, parsed.title)
 
 
 def embed(batch: Sequence[Prepared], embedder: Embedder) -> list[Embedded]:
