@@ -6,6 +6,7 @@ from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
@@ -24,7 +25,16 @@ def get_pool(request: Request) -> ConnectionPool:
     return pool
 
 
-async def get_principal(request: Request) -> Principal:
+# Declares the bearer scheme in /openapi.json (so Swagger UI's "Authorize" sends the key);
+# auto_error=False because the 401 is ours, in the shared error body, raised below.
+_BEARER = HTTPBearer(
+    auto_error=False, scheme_name="ApiKey", description="An API key: `Authorization: Bearer rl_<id>_<secret>`"
+)
+
+
+async def get_principal(
+    request: Request, _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+) -> Principal:
     """The key's principal: from the TTL cache on the event loop, else read in a worker thread.
 
     Async on purpose: a sync dependency costs a thread-pool round trip per request, and the

@@ -7,6 +7,7 @@ error statuses, so ``/openapi.json`` shows the same body the handlers send.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -65,6 +66,7 @@ class ErrorBody(BaseModel):
 
 # What each status means on this API and the ``code`` it carries (see core/errors.py).
 _ERRORS: dict[int, tuple[str, str, str]] = {
+    400: ("The request body could not be parsed (malformed multipart).", "bad_request", "bad request"),
     401: ("Missing, unknown or revoked API key.", "unauthenticated", "the API key is revoked"),
     403: ("The key lacks the role this route needs.", "forbidden", "this key lacks the 'admin' role"),
     404: ("The addressed resource does not exist for this tenant.", "not_found", "no document 'doc-1'"),
@@ -73,13 +75,32 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "payload_too_large",
         "request body exceeds 8388608 bytes",
     ),
+    405: (
+        "The path exists but not for this method; the Allow header lists the methods it takes.",
+        "method_not_allowed",
+        "Method Not Allowed",
+    ),
     422: ("The request failed validation.", "invalid_request", "request validation failed"),
+    429: (
+        "Too many requests right now; retry after the Retry-After header's seconds.",
+        "overloaded",
+        "the server is at capacity, retry later",
+    ),
+    500: (
+        "An unexpected error; the request id finds it in the server log.",
+        "internal_error",
+        "internal error",
+    ),
     503: (
         "A service the request needs is not available.",
         "unavailable",
         "the search service is not running",
     ),
 }
+
+
+# Statuses any operation can answer: documented once, on the app.
+APP_ERRORS = (405, 500)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -99,7 +120,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 def _response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: object
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra: object
 ) -> JSONResponse:
     body: dict[str, object] = {"code": code, "message": message, "request_id": request_id_var.get()}
     body.update(extra)

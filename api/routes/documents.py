@@ -139,7 +139,7 @@ def push_documents(
     "/documents:upload",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=PushResponse,
-    responses=error_responses(401, 403, 413, 422),
+    responses=error_responses(400, 401, 403, 413, 422),
 )
 def upload_document(
     request: Request,
