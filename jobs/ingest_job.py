@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,6 +28,7 @@ from index.embedder import Embedder, EmbeddingSpec
 from ingest.pipeline import ChunkingConfig, embed, prepare
 from jobs.commit import commit
 from jobs.sources import load_source
+from jobs.staging import remove_finished
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class JobContext:
     chunking: ChunkingConfig
     batch_documents: int
     embedding: EmbeddingSpec
+    upload_dir: Path | None  # staged uploads of finished items are removed from here
 
 
 def prepare_item(
@@ -77,16 +80,25 @@ class Cancelled(Exception):
     pass
 
 
+def _item_no(result: Committable) -> int:
+    return result.prepared.ref.item_no if isinstance(result, Embedded) else result.ref.item_no
+
+
 def _commit_all(conn: psycopg.Connection, ctx: JobContext, results: Sequence[Committable]) -> int:
     chunks = 0
     for result in results:
         commit(conn, result, model=ctx.model_name)
         if isinstance(result, Embedded):
             chunks += len(result.vectors)
-    if jobs_repo.heartbeat(conn, job_id=ctx.job_id):
-        conn.commit()
-        raise Cancelled
+    cancelled = jobs_repo.heartbeat(conn, job_id=ctx.job_id)
     conn.commit()
+    # Committed or failed for good: their staged uploads are no longer needed.
+    remove_finished(
+        conn, job_id=ctx.job_id, item_nos=[_item_no(r) for r in results], upload_dir=ctx.upload_dir
+    )
+    conn.commit()
+    if cancelled:
+        raise Cancelled
     return chunks
 
 

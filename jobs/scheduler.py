@@ -10,11 +10,13 @@ import logging
 import shutil
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 
 from catalog import audit, indexes, maintenance
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
+from jobs.staging import collect_orphan_uploads
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,8 @@ class MaintenancePolicy:
     tombstone_ratio: float
     delta_chunks: int
     gc_grace_seconds: int
+    upload_dir: Path
+    upload_gc_grace_seconds: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,7 @@ def _maintain(
         shutil.rmtree(version.path, ignore_errors=True)
         indexes.retire(conn, version_id=version.version_id)
         collected.append(version.version_id)
+    collect_orphan_uploads(conn, upload_dir=policy.upload_dir, grace_seconds=policy.upload_gc_grace_seconds)
     return TickResult(True, built, advice.reasons, tuple(collected))
 
 

@@ -56,6 +56,8 @@ def maintenance_policy(settings: Settings) -> MaintenancePolicy:
         tombstone_ratio=ix.rebuild_tombstone_ratio,
         delta_chunks=ix.rebuild_delta_chunks,
         gc_grace_seconds=ix.gc_grace_seconds,
+        upload_dir=settings.upload_dir,
+        upload_gc_grace_seconds=settings.ingest.upload_gc_grace_seconds,
     )
 
 

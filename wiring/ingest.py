@@ -19,6 +19,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         model_name=settings.embedding_model,
         chunking=chunking_config(settings),
         data_dir=settings.data_dir,
+        upload_dir=settings.upload_dir,
         inline_max_documents=settings.ingest.inline_max_documents,
         use_ray=use_ray,
         ray_address=settings.ray_address,
