@@ -10,7 +10,13 @@ from wiring.embedding import embedding_spec
 
 
 def chunking_config(settings: Settings) -> ChunkingConfig:
-    return ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap)
+    ing = settings.ingest
+    return ChunkingConfig(
+        chunk_tokens=ing.chunk_tokens,
+        overlap_tokens=ing.chunk_overlap,
+        max_chunks=ing.max_chunks_per_document,
+        parse_timeout_seconds=ing.parse_timeout_seconds,
+    )
 
 
 def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> RunnerConfig:

@@ -169,3 +169,21 @@ def test_retrieval_filters_are_checked_and_empty_lists_apply_no_filter(
     # One meaning for an empty list: no filter on that field, for metadata keys as for source.
     for empty in ({"metadata": {"team": []}}, {"source": []}, {"mime_type": []}):
         assert [r["chunk_id"] for r in retrieve(filters=empty).json()["results"]] == plain, empty
+
+
+def test_binary_content_fails_its_document_only(full_client: TestClient, db_url: str) -> None:
+    import base64
+    import random
+
+    from tests.integration.api.conftest import wait_job
+
+    ingest = make_key(db_url, "acme", ["ingest"])
+    noise = base64.b64encode(random.Random(3).randbytes(64 * 1024)).decode()
+    docs = [
+        _doc("good", text="Lubricate the gearbox quarterly."),
+        {"external_id": "noise", "content_base64": noise, "mime_type": "text/plain", "acl": {"public": True}},
+    ]
+    resp = full_client.post("/v1/documents", json={"documents": docs}, headers=_auth(ingest))
+    job = wait_job(full_client, ingest, resp.json()["job_id"])
+    assert job["state"] == "partially_failed"
+    assert [(e["external_id"], e["code"]) for e in job["errors"]] == [("noise", "binary_content")]
