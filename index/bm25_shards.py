@@ -111,6 +111,14 @@ class LexicalShard:
         # stored (those rescale by idf only and count no length in the shared statistics).
         self.doc_lengths = doc_lengths
         self._total_length = int(np.sum(doc_lengths, dtype=np.int64)) if doc_lengths is not None else 0
+        # Per document, computed once: its length and the local length norm k1 (1 - b + b dl / avgdl).
+        self._dl = np.asarray(doc_lengths, dtype=np.float32) if doc_lengths is not None else None
+        local_avg = self._total_length / len(row_ids) if len(row_ids) else 0.0
+        self._norm = (
+            (k1 * (1 - b + b * self._dl / local_avg)).astype(np.float32)
+            if self._dl is not None and local_avg > 0
+            else None
+        )
         # Document frequency per vocabulary id: the posting lengths, computed once at load.
         self._df = np.diff(np.asarray(bm25.scores["indptr"])) if bm25 is not None else np.zeros(0, np.int64)
 
@@ -215,25 +223,26 @@ class LexicalShard:
         """Scores of every position under ``stats``: each posting's tf recovered, rescored."""
         assert self._bm25 is not None
         data, indices, indptr = (self._bm25.scores[key] for key in ("data", "indices", "indptr"))
-        scores = np.zeros(self.ntotal, dtype=np.float64)
-        k1, b = self.k1, self.b
-        local_avg = self._total_length / self.ntotal if self.ntotal else 0.0
+        scores = np.zeros(self.ntotal, dtype=np.float32)
+        # The global length norm is a + c * dl; the local one is precomputed per document.
+        a = np.float32(self.k1 * (1 - self.b))
+        c = np.float32(self.k1 * self.b / stats.avgdl) if stats.avgdl > 0 else np.float32(0)
         for term, token_id in zip(terms, token_ids, strict=True):
             start, end = int(indptr[token_id]), int(indptr[token_id + 1])
             if start == end:
                 continue
-            docs = np.asarray(indices[start:end])
-            local = np.asarray(data[start:end], dtype=np.float64)
+            docs = indices[start:end]
+            local = data[start:end]
             idf_local = float(_idf(self.method, end - start, self.ntotal))
             idf_global = float(_idf(self.method, stats.df.get(term, end - start), max(stats.n_docs, 1)))
-            if self.doc_lengths is None or idf_local <= 0 or stats.avgdl <= 0:
-                scores[docs] += local * (idf_global / idf_local if idf_local > 0 else 0.0)
+            if self._norm is None or self._dl is None or idf_local <= 0 or stats.avgdl <= 0:
+                scores[docs] += local * np.float32(idf_global / idf_local if idf_local > 0 else 0.0)
                 continue
-            dl = np.asarray(self.doc_lengths[docs], dtype=np.float64)
-            ratio = np.minimum(local / idf_local, 1.0 - 1e-9)
-            tf = np.rint(ratio * k1 * (1 - b + b * dl / local_avg) / (1 - ratio))
-            scores[docs] += idf_global * tf / (tf + k1 * (1 - b + b * dl / stats.avgdl))
-        return scores.astype(np.float32)
+            # r = tf / (tf + norm)  =>  tf = r * norm / (1 - r), exact after rounding.
+            ratio = np.minimum(local * np.float32(1.0 / idf_local), np.float32(1.0 - 1e-6))
+            tf = np.rint(ratio * self._norm[docs] / (1 - ratio))
+            scores[docs] += np.float32(idf_global) * tf / (tf + a + c * self._dl[docs])
+        return scores
 
     def save(self, directory: Path) -> None:
         """Write the bm25s index files, ``row_ids.npy`` and ``lexical.json`` to ``directory``."""
