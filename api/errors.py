@@ -66,7 +66,11 @@ class ErrorBody(BaseModel):
 
 # What each status means on this API and the ``code`` it carries (see core/errors.py).
 _ERRORS: dict[int, tuple[str, str, str]] = {
-    400: ("The request body could not be parsed (malformed multipart).", "bad_request", "bad request"),
+    400: (
+        "The request body could not be parsed (not JSON, bad encoding, broken multipart).",
+        "bad_request",
+        "There was an error parsing the body",
+    ),
     401: ("Missing, unknown or revoked API key.", "unauthenticated", "the API key is revoked"),
     403: ("The key lacks the role this route needs.", "forbidden", "this key lacks the 'admin' role"),
     404: ("The addressed resource does not exist for this tenant.", "not_found", "no document 'doc-1'"),
@@ -100,7 +104,7 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
 
 
 # Statuses any operation can answer: documented once, on the app.
-APP_ERRORS = (405, 500)
+APP_ERRORS = (400, 405, 500)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
