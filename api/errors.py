@@ -10,9 +10,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -96,15 +98,19 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "internal error",
     ),
     503: (
-        "A service the request needs is not available.",
+        "A service the request needs (the database, the search service) is not available;"
+        " retry after the Retry-After header's seconds.",
         "unavailable",
         "the search service is not running",
     ),
 }
 
 
+# A client told 503 may retry after this many seconds (a dependency is briefly unavailable).
+RETRY_AFTER_SECONDS = "1"
+
 # Statuses any operation can answer: documented once, on the app.
-APP_ERRORS = (400, 405, 500)
+APP_ERRORS = (400, 405, 500, 503)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -131,6 +137,8 @@ def _response(
     out = dict(headers or {})
     if status == 401:
         out["WWW-Authenticate"] = "Bearer"
+    if status == 503:
+        out.setdefault("Retry-After", RETRY_AFTER_SECONDS)
     return JSONResponse({"error": body}, status_code=status, headers=out or None)
 
 
@@ -150,6 +158,14 @@ def install_error_handlers(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return _response(422, "invalid_request", "request validation failed", details=details)
+
+    @app.exception_handler(psycopg.OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _database(_: Request, exc: Exception) -> JSONResponse:
+        # PostgreSQL down, restarting (AdminShutdown) or every connection busy: a 503 the
+        # client may retry, never a 500; the pool reconnects by itself when it returns.
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return _response(503, "database_unavailable", "the database is unavailable, retry shortly")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

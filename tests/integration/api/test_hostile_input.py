@@ -187,3 +187,29 @@ def test_binary_content_fails_its_document_only(full_client: TestClient, db_url:
     job = wait_job(full_client, ingest, resp.json()["job_id"])
     assert job["state"] == "partially_failed"
     assert [(e["external_id"], e["code"]) for e in job["errors"]] == [("noise", "binary_content")]
+
+
+def test_a_database_outage_is_503_with_retry_after(foundation_client: TestClient, db_url: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    token = make_key(db_url, "acme", ["ingest"])
+    app: FastAPI = foundation_client.app  # type: ignore[assignment]
+    healthy = app.state.pool
+    # Fault injection: the write pool points at a port nothing listens on.
+    dead = ConnectionPool("postgresql://127.0.0.1:1/none", min_size=0, max_size=1, open=True, timeout=0.5)
+    app.state.pool = dead
+    try:
+        for method, path in (("DELETE", "/v1/documents/x"), ("GET", "/v1/jobs"), ("POST", "/v1/documents")):
+            body = {"documents": [_doc("x")]} if method == "POST" else None
+            resp = foundation_client.request(method, path, json=body, headers=_auth(token))
+            assert resp.status_code == 503, (path, resp.text)
+            assert resp.headers["retry-after"] == "1"
+            error = resp.json()["error"]
+            assert (
+                error["code"] == "database_unavailable"
+                and error["request_id"] == resp.headers["x-request-id"]
+            )
+    finally:
+        app.state.pool = healthy
+        dead.close()
+    assert foundation_client.get("/v1/jobs", headers=_auth(token)).status_code == 200  # recovered, no restart

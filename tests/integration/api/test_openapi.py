@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration
 ERROR_REF = "#/components/schemas/ErrorBody"
 # Readiness answers 503 with its own body (which check failed), not the error body.
 OWN_ERROR_BODY = {("/readyz", "get", "503"): "#/components/schemas/ReadyOut"}
-# The error statuses each operation can answer, so each is documented (400, 405 and 500: any).
-_ANY = {"400", "405", "500"}
+# The error statuses each operation can answer, so each is documented (400, 405, 500 and 503: any).
+_ANY = {"400", "405", "500", "503"}
 ERROR_STATUSES = {
     ("/healthz", "get"): _ANY,
     ("/readyz", "get"): {"503"} | _ANY,
