@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from api.errors import install_error_handlers
+from api.docs import install_docs
+from api.errors import APP_ERRORS, error_responses, install_error_handlers
 from api.limits import KeyLimiter, KeyLimits
 from api.metrics import MetricsMiddleware, metrics_router
 from api.middleware import RequestContextMiddleware
@@ -101,7 +102,15 @@ def create_app(
             app.state.read_pool.close()
             app.state.pool.close()
 
-    app = FastAPI(title="ragline", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="ragline",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        responses=error_responses(*APP_ERRORS),
+    )
+    install_docs(app)
     app.state.settings = settings
     app.state.database_url = url
     install_error_handlers(app)

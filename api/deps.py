@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
@@ -25,7 +26,16 @@ def get_pool(request: Request) -> ConnectionPool:
     return pool
 
 
-async def get_principal(request: Request) -> AsyncIterator[Principal]:
+# Declares the bearer scheme in /openapi.json (so Swagger UI's "Authorize" sends the key);
+# auto_error=False because the 401 is ours, in the shared error body, raised below.
+_BEARER = HTTPBearer(
+    auto_error=False, scheme_name="ApiKey", description="An API key: `Authorization: Bearer rl_<id>_<secret>`"
+)
+
+
+async def get_principal(
+    request: Request, _scheme: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+) -> AsyncIterator[Principal]:
     """The key's principal, admitted by the key's limits for the rest of the request.
 
     The principal comes from the TTL cache on the event loop, else is read in a worker

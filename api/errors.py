@@ -8,25 +8,40 @@ the same body the handlers send.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core import metrics
 from core.context import request_id_var
-from core.errors import RaglineError, RateLimitedError
-from ragline_client.models import ErrorBody, ErrorDetail, ValidationIssue
+from core.errors import BatchRejectedError, RaglineError, RateLimitedError
+from ragline_client.models import ErrorBody, ErrorDetail, RejectionOut, ValidationIssue
 
-__all__ = ["ErrorBody", "ErrorDetail", "ValidationIssue", "error_responses", "install_error_handlers"]
+__all__ = [
+    "ErrorBody",
+    "ErrorDetail",
+    "RejectionOut",
+    "ValidationIssue",
+    "error_responses",
+    "install_error_handlers",
+]
 
 log = logging.getLogger(__name__)
 
 
 # What each status means on this API and the ``code`` it carries (see core/errors.py).
 _ERRORS: dict[int, tuple[str, str, str]] = {
+    400: (
+        "The request body could not be parsed (not JSON, bad encoding, broken multipart).",
+        "bad_request",
+        "There was an error parsing the body",
+    ),
     401: ("Missing, unknown or revoked API key.", "unauthenticated", "the API key is revoked"),
     403: ("The key lacks the role this route needs.", "forbidden", "this key lacks the 'admin' role"),
     404: ("The addressed resource does not exist for this tenant.", "not_found", "no document 'doc-1'"),
@@ -40,18 +55,36 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "payload_too_large",
         "request body exceeds 8388608 bytes",
     ),
+    405: (
+        "The path exists but not for this method; the Allow header lists the methods it takes.",
+        "method_not_allowed",
+        "Method Not Allowed",
+    ),
     422: ("The request failed validation.", "invalid_request", "request validation failed"),
     429: (
         "The key is over its request rate or concurrency limit; retry after `Retry-After` seconds.",
         "rate_limited",
         "this key is over its rate limit (5 requests/s, burst 10)",
     ),
+    500: (
+        "An unexpected error; the request id finds it in the server log.",
+        "internal_error",
+        "internal error",
+    ),
     503: (
-        "A service the request needs is not available.",
+        "A service the request needs (the database, the search service) is not available;"
+        " retry after the Retry-After header's seconds.",
         "unavailable",
         "the search service is not running",
     ),
 }
+
+
+# A client told 503 may retry after this many seconds (a dependency is briefly unavailable).
+RETRY_AFTER_SECONDS = "1"
+
+# Statuses any operation can answer: documented once, on the app.
+APP_ERRORS = (400, 405, 500, 503)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -71,14 +104,17 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 def _response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: object
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra: object
 ) -> JSONResponse:
     metrics.ERRORS.labels(code).inc()
     body: dict[str, object] = {"code": code, "message": message, "request_id": request_id_var.get()}
     body.update(extra)
+    out = dict(headers or {})
     if status == 401:
-        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+        out["WWW-Authenticate"] = "Bearer"
+    if status == 503:
+        out.setdefault("Retry-After", RETRY_AFTER_SECONDS)
+    return JSONResponse({"error": body}, status_code=status, headers=out or None)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -88,6 +124,8 @@ def install_error_handlers(app: FastAPI) -> None:
             log.error("request failed: %s (%s)", exc.code, exc.message)
         if isinstance(exc, RateLimitedError):
             return _response(429, exc.code, exc.message, {"Retry-After": str(exc.retry_after_s)})
+        if isinstance(exc, BatchRejectedError):
+            return _response(exc.http_status, exc.code, exc.message, rejections=exc.rejections)
         return _response(exc.http_status, exc.code, exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -98,12 +136,21 @@ def install_error_handlers(app: FastAPI) -> None:
         ]
         return _response(422, "invalid_request", "request validation failed", details=details)
 
+    @app.exception_handler(psycopg.OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _database(_: Request, exc: Exception) -> JSONResponse:
+        # PostgreSQL down, restarting (AdminShutdown) or every connection busy: a 503 the
+        # client may retry, never a 500; the pool reconnects by itself when it returns.
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return _response(503, "database_unavailable", "the database is unavailable, retry shortly")
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
-        return _response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+        codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+        code = codes.get(exc.status_code, "http_error")
+        # Keep the exception's headers: a 405 says which methods the path allows (Allow).
+        return _response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error: %s", type(exc).__name__)
-        return _response(500, "internal_error", "internal error")
+    # Unexpected exceptions become a 500 in RequestContextMiddleware, inside the request
+    # id's scope, so that answer carries the id too (Starlette's ServerErrorMiddleware sits
+    # outside every user middleware and would answer without it).

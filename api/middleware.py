@@ -10,6 +10,7 @@ response starting, so a client can tell server time from network and queueing ti
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core import metrics
 from core.context import request_id_var
+
+log = logging.getLogger(__name__)
 
 
 def error_body(code: str, message: str, request_id: str) -> bytes:
@@ -50,13 +53,26 @@ class RequestContextMiddleware:
             declared = int(headers.get("content-length", "0") or 0)
         except ValueError:
             declared = 0
+        started_response = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started_response
+            started_response = started_response or message["type"] == "http.response.start"
+            await send(message)
+
         try:
             if declared > limit:
                 await self._refuse(send, rid, limit)
                 return
-            await self.app(scope, self._counting(receive, limit), self._with_header(send, rid, started))
+            await self.app(scope, self._counting(receive, limit), self._with_header(tracking, rid, started))
         except _TooLarge:
             await self._refuse(send, rid, limit)
+        except Exception as exc:
+            # Any exception no handler translated: a 500 in the shared body, with the request
+            # id, answered here so the connection stays usable (nothing is re-raised).
+            log.exception("unhandled error: %s", type(exc).__name__)
+            if not started_response:
+                await self._send_error(send, rid, 500, error_body("internal_error", "internal error", rid))
         finally:
             request_id_var.reset(token)
 
@@ -87,14 +103,18 @@ class RequestContextMiddleware:
 
         return wrapped
 
-    @staticmethod
-    async def _refuse(send: Send, rid: str, limit: int) -> None:
+    @classmethod
+    async def _refuse(cls, send: Send, rid: str, limit: int) -> None:
         metrics.ERRORS.labels("payload_too_large").inc()
         body = error_body("payload_too_large", f"request body exceeds {limit} bytes", rid)
+        await cls._send_error(send, rid, 413, body)
+
+    @staticmethod
+    async def _send_error(send: Send, rid: str, status: int, body: bytes) -> None:
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": status,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),

@@ -184,6 +184,37 @@ def items(conn: psycopg.Connection, *, job_id: uuid.UUID, state: str | None = No
         return cur.execute(sql + " ORDER BY item_no", args).fetchall()
 
 
+def warned_items(conn: psycopg.Connection, *, job_id: uuid.UUID, limit: int = 1000) -> list[ItemRow]:
+    """Items that finished with warnings (mislabelled content, decoding fixes), in item order."""
+    with conn.cursor(row_factory=_ITEM_ROW) as cur:
+        return cur.execute(
+            f"SELECT {_ITEM_COLUMNS} FROM job_items WHERE job_id = %s AND cardinality(warnings) > 0"
+            " ORDER BY item_no LIMIT %s",
+            (job_id, limit),
+        ).fetchall()
+
+
+def finished_payload_paths(
+    conn: psycopg.Connection, *, job_id: uuid.UUID, item_nos: Sequence[int]
+) -> list[str]:
+    """The staged-file paths of those items that are no longer pending."""
+    rows = conn.execute(
+        "SELECT payload_path FROM job_items WHERE job_id = %s AND item_no = ANY(%s)"
+        " AND state <> 'pending' AND payload_path IS NOT NULL",
+        (job_id, list(item_nos)),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def live_payload_paths(conn: psycopg.Connection) -> set[str]:
+    """Paths a job may still read: pending items of queued or running jobs."""
+    rows = conn.execute(
+        "SELECT i.payload_path FROM job_items i JOIN jobs j USING (job_id)"
+        " WHERE i.state = 'pending' AND i.payload_path IS NOT NULL AND j.state IN ('queued', 'running')"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
 def item_payload(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -> bytes | None:
     row = conn.execute(
         "SELECT payload FROM job_items WHERE job_id = %s AND item_no = %s", (job_id, item_no)

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst.add_argument("--tenant")
     add_json_flag(lst)
     lst.set_defaults(handler=_jobs_list)
-    show = jsub.add_parser("show", help="one job with its failed items")
+    show = jsub.add_parser("show", help="one job with its failed items and warnings")
     show.add_argument("job_id", type=uuid.UUID)
     add_json_flag(show)
     show.set_defaults(handler=_jobs_show)
@@ -192,7 +192,11 @@ def _jobs_show(args: argparse.Namespace) -> int:
         if job is None:
             print(f"ragline: no job {args.job_id}", file=sys.stderr)
             return 1
-        out = job_out(job, jobs_repo.items(conn, job_id=args.job_id, state="failed"))
+        out = job_out(
+            job,
+            jobs_repo.items(conn, job_id=args.job_id, state="failed"),
+            jobs_repo.warned_items(conn, job_id=args.job_id),
+        )
     body = out.model_dump(mode="json")
     if args.json:
         print_json(body)
@@ -209,6 +213,8 @@ def _jobs_show(args: argparse.Namespace) -> int:
     print_rows(
         body["errors"], ("item_no", "external_id", "code", "message"), as_json=False, title="failed items"
     )
+    warned = [{**w, "warnings": "; ".join(w["warnings"])} for w in body["warnings"]]
+    print_rows(warned, ("item_no", "external_id", "warnings"), as_json=False, title="warnings")
     return 0
 
 

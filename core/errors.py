@@ -35,6 +35,16 @@ class InvalidInputError(RaglineError):
     http_status = 422
 
 
+class BatchRejectedError(InvalidInputError):
+    """Every document of a push was rejected; ``rejections`` says why, one per document."""
+
+    code = "all_documents_rejected"
+
+    def __init__(self, message: str, *, rejections: list[dict[str, object]]) -> None:
+        super().__init__(message)
+        self.rejections = rejections
+
+
 class PayloadTooLargeError(RaglineError):
     code = "payload_too_large"
     http_status = 413

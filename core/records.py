@@ -130,6 +130,8 @@ class Prepared:
     page_count: int
     warnings: tuple[str, ...]
     parsed: ParsedDocument | None = None  # stored (compressed) so a migration can re-chunk
+    # The connector's title, else the one the parser found (H1, <title>, PDF metadata).
+    title: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,36 +1,78 @@
-"""Rules for identifiers that decide access, shared by every entry point (API, CLI, jobs).
+"""The identifier and text rules of every entry point, raising :class:`InvalidInputError`.
 
-Every pattern is matched with ``fullmatch``: ``re.match`` with ``$`` accepts a trailing
-newline, which would make ``user:alice\\n`` a second principal.
+The rules themselves live in ``ragline_client.rules`` (standard library only), because the
+wire models that apply them at the API's edge are the client's; the CLI and jobs call them
+through these wrappers so a bad value is a clear 4xx or exit 2, never a traceback.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
+from datetime import date, datetime
+from typing import TypeVar
 
 from core.errors import InvalidInputError
+from ragline_client import rules
+from ragline_client.rules import (
+    ACL_PRINCIPAL,
+    EXTERNAL_ID,
+    GROUP_ID,
+    MAX_DATE,
+    METADATA_KEY,
+    MIN_DATE,
+    PRINCIPAL_ID,
+)
 
-# An ACL entry names who may read: a user, a group or a service account.
-ACL_PRINCIPAL = re.compile(r"(user|group|service):[^\s\x00]{1,200}")
-METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+__all__ = [
+    "ACL_PRINCIPAL",
+    "EXTERNAL_ID",
+    "GROUP_ID",
+    "MAX_DATE",
+    "METADATA_KEY",
+    "MIN_DATE",
+    "PRINCIPAL_ID",
+    "acl_principal",
+    "external_id",
+    "filter_instant",
+    "group_id",
+    "metadata_pair",
+    "no_nul",
+    "principal_id",
+]
+
+T = TypeVar("T")
+
+
+def _checked(call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except rules.RuleError as exc:
+        raise InvalidInputError(str(exc)) from None
 
 
 def acl_principal(value: str) -> str:
-    """``value`` if it is a valid ACL entry, else :class:`InvalidInputError` naming it."""
-    if not ACL_PRINCIPAL.fullmatch(value):
-        raise InvalidInputError(
-            f"ACL entry {value!r} must look like user:<id>, group:<id> or service:<id> (no spaces)"
-        )
-    return value
+    return _checked(lambda: rules.acl_principal(value))
+
+
+def group_id(value: str) -> str:
+    return _checked(lambda: rules.group_id(value))
+
+
+def principal_id(value: str) -> str:
+    return _checked(lambda: rules.principal_id(value))
+
+
+def external_id(value: str) -> str:
+    return _checked(lambda: rules.external_id(value))
+
+
+def no_nul(value: str, what: str = "text") -> str:
+    return _checked(lambda: rules.no_nul(value, what))
+
+
+def filter_instant(value: datetime | date) -> datetime:
+    return _checked(lambda: rules.filter_instant(value))
 
 
 def metadata_pair(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` split once, with a valid key."""
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise InvalidInputError(f"metadata {text!r} must be KEY=VALUE")
-    if not METADATA_KEY.fullmatch(key):
-        raise InvalidInputError(f"metadata key {key!r} must match {METADATA_KEY.pattern}")
-    if "\x00" in value:
-        raise InvalidInputError(f"metadata value of {key!r} contains a NUL character")
-    return key, value
+    return _checked(lambda: rules.metadata_pair(text))

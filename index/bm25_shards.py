@@ -15,13 +15,24 @@ them scores 0 and, like every zero-score filler, is not returned.
 
 bm25s precomputes every (term, document) score into a CSC matrix, so a query is a sum of
 the posting slices of its terms: ~1-5 ms over 100k short documents.
+
+Collection statistics across segments: each segment's precomputed scores use its own
+document frequencies and average length, so the same document would score differently in a
+shard of 100k documents and in a delta of three. ``search(..., stats=)`` rescores the
+query's postings with statistics summed over every segment (``LexicalStats.total`` of each
+segment's ``stats(query)``, as distributed engines' DFS phase does): a posting's term
+frequency is recovered exactly from its local score (tf = r K / (1 - r), r = score / idf,
+K = k1 (1 - b + b dl / avgdl)) using the document lengths stored with the shard, and scored
+again with the global idf and average length. The per-shard df table is computed once at
+load; a query only sums the df of its own terms.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +49,41 @@ logging.getLogger("bm25s").setLevel(logging.WARNING)
 BM25_METHOD = "lucene"
 META_FILE = "lexical.json"
 ROW_IDS_FILE = "row_ids.npy"
+DOC_LENGTHS_FILE = "doc_lengths.npy"
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalStats:
+    """Collection statistics for one query's terms: documents, total length, df per term."""
+
+    n_docs: int
+    total_length: int
+    df: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_length / self.n_docs if self.n_docs else 0.0
+
+    @staticmethod
+    def total(parts: Iterable[LexicalStats]) -> LexicalStats:
+        n, length = 0, 0
+        df: dict[str, int] = {}
+        for part in parts:
+            n += part.n_docs
+            length += part.total_length
+            for term, count in part.df.items():
+                df[term] = df.get(term, 0) + count
+        return LexicalStats(n, length, df)
+
+
+def _idf(method: str, df: np.ndarray | float, n_docs: float) -> np.ndarray:
+    """bm25s's idf of ``method``: Lucene's (always positive) or Robertson's (clamped at 0)."""
+    df = np.asarray(df, dtype=np.float64)
+    if method == "lucene":
+        return np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+    if method == "robertson":
+        return np.maximum(0.0, np.log((n_docs - df + 0.5) / (df + 0.5)))
+    raise InvalidInputError(f"shared collection statistics support lucene and robertson, not {method}")
 
 
 class LexicalShard:
@@ -52,6 +98,7 @@ class LexicalShard:
         k1: float,
         b: float,
         method: str = BM25_METHOD,
+        doc_lengths: np.ndarray | None = None,
     ) -> None:
         # bm25 is None when no document has a single token: every search returns nothing.
         self._bm25 = bm25
@@ -60,6 +107,20 @@ class LexicalShard:
         self.k1 = k1
         self.b = b
         self.method = method
+        # Tokens per document as bm25s counted them; None for shards saved before they were
+        # stored (those rescale by idf only and count no length in the shared statistics).
+        self.doc_lengths = doc_lengths
+        self._total_length = int(np.sum(doc_lengths, dtype=np.int64)) if doc_lengths is not None else 0
+        # Per document, computed once: its length and the local length norm k1 (1 - b + b dl / avgdl).
+        self._dl = np.asarray(doc_lengths, dtype=np.float32) if doc_lengths is not None else None
+        local_avg = self._total_length / len(row_ids) if len(row_ids) else 0.0
+        self._norm = (
+            (k1 * (1 - b + b * self._dl / local_avg)).astype(np.float32)
+            if self._dl is not None and local_avg > 0
+            else None
+        )
+        # Document frequency per vocabulary id: the posting lengths, computed once at load.
+        self._df = np.diff(np.asarray(bm25.scores["indptr"])) if bm25 is not None else np.zeros(0, np.int64)
 
     @property
     def ntotal(self) -> int:
@@ -100,15 +161,31 @@ class LexicalShard:
         if any(corpus):
             bm25 = bm25s.BM25(k1=k1, b=b, method=method)
             bm25.index(corpus, show_progress=False)
-        return cls(bm25, row_ids, tokenizer_config, k1=k1, b=b, method=method)
+        lengths = np.array([len(tokens) for tokens in corpus], dtype=np.int32)
+        return cls(bm25, row_ids, tokenizer_config, k1=k1, b=b, method=method, doc_lengths=lengths)
 
-    def search(self, query: str, k: int, *, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def stats(self, query: str) -> LexicalStats:
+        """This segment's share of the collection statistics for ``query``'s terms."""
+        df: dict[str, int] = {}
+        if self._bm25 is not None:
+            vocab = self._bm25.vocab_dict
+            for term in set(self.tokenizer.tokenize(query)):
+                token_id = vocab.get(term)
+                if token_id is not None:
+                    df[term] = int(self._df[token_id])
+        return LexicalStats(self.ntotal, self._total_length, df)
+
+    def search(
+        self, query: str, k: int, *, allowed: np.ndarray | None, stats: LexicalStats | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k BM25 search restricted to allowed positions.
 
         Args:
             query: raw query text, tokenized with the shard's tokenizer; unknown terms are ignored.
             k: most results returned.
             allowed: bool mask over positions; None allows all.
+            stats: collection statistics of every segment searched together (see the module
+                docstring); None scores with this shard's own.
 
         Returns:
             float32 scores and int64 positions, at most k, best first, every score > 0 and
@@ -123,10 +200,14 @@ class LexicalShard:
         empty = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
         if self._bm25 is None:
             return empty
-        token_ids = self._bm25.get_tokens_ids(self.tokenizer.tokenize(query))
+        terms = [t for t in self.tokenizer.tokenize(query) if t in self._bm25.vocab_dict]
+        token_ids = [self._bm25.vocab_dict[t] for t in terms]
         if not token_ids:
             return empty
-        scores = self._bm25.get_scores_from_ids(token_ids)
+        if stats is None:
+            scores = self._bm25.get_scores_from_ids(token_ids)
+        else:
+            scores = self._shared_scores(terms, token_ids, stats)
         # Only documents sharing a term have a score; the mask is checked on those alone.
         candidates = np.flatnonzero(scores > 0)
         if allowed is not None:
@@ -138,12 +219,39 @@ class LexicalShard:
         order = np.argsort(-cand_scores, kind="stable")
         return cand_scores[order].astype(np.float32), candidates[order].astype(np.int64)
 
+    def _shared_scores(self, terms: list[str], token_ids: list[int], stats: LexicalStats) -> np.ndarray:
+        """Scores of every position under ``stats``: each posting's tf recovered, rescored."""
+        assert self._bm25 is not None
+        data, indices, indptr = (self._bm25.scores[key] for key in ("data", "indices", "indptr"))
+        scores = np.zeros(self.ntotal, dtype=np.float32)
+        # The global length norm is a + c * dl; the local one is precomputed per document.
+        a = np.float32(self.k1 * (1 - self.b))
+        c = np.float32(self.k1 * self.b / stats.avgdl) if stats.avgdl > 0 else np.float32(0)
+        for term, token_id in zip(terms, token_ids, strict=True):
+            start, end = int(indptr[token_id]), int(indptr[token_id + 1])
+            if start == end:
+                continue
+            docs = indices[start:end]
+            local = data[start:end]
+            idf_local = float(_idf(self.method, end - start, self.ntotal))
+            idf_global = float(_idf(self.method, stats.df.get(term, end - start), max(stats.n_docs, 1)))
+            if self._norm is None or self._dl is None or idf_local <= 0 or stats.avgdl <= 0:
+                scores[docs] += local * np.float32(idf_global / idf_local if idf_local > 0 else 0.0)
+                continue
+            # r = tf / (tf + norm)  =>  tf = r * norm / (1 - r), exact after rounding.
+            ratio = np.minimum(local * np.float32(1.0 / idf_local), np.float32(1.0 - 1e-6))
+            tf = np.rint(ratio * self._norm[docs] / (1 - ratio))
+            scores[docs] += np.float32(idf_global) * tf / (tf + a + c * self._dl[docs])
+        return scores
+
     def save(self, directory: Path) -> None:
         """Write the bm25s index files, ``row_ids.npy`` and ``lexical.json`` to ``directory``."""
         directory.mkdir(parents=True, exist_ok=True)
         if self._bm25 is not None:
             self._bm25.save(str(directory))
         np.save(directory / ROW_IDS_FILE, np.asarray(self.row_ids, dtype=np.int64))
+        if self.doc_lengths is not None:
+            np.save(directory / DOC_LENGTHS_FILE, np.asarray(self.doc_lengths, dtype=np.int32))
         meta = {
             "tokenizer": self.tokenizer.config(),
             "k1": self.k1,
@@ -166,6 +274,10 @@ class LexicalShard:
             row_ids = np.load(directory / ROW_IDS_FILE, mmap_mode="r" if mmap else None)
             bm25 = bm25s.BM25.load(str(directory), mmap=mmap) if meta["has_bm25"] else None
             tokenizer = Tokenizer.from_config(meta["tokenizer"])
+            lengths_path = directory / DOC_LENGTHS_FILE
+            lengths = (
+                np.load(lengths_path, mmap_mode="r" if mmap else None) if lengths_path.exists() else None
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise IndexIntegrityError(f"cannot load lexical shard {directory}: {exc}") from exc
         n_bm25 = len(row_ids) if bm25 is None else int(bm25.scores["num_docs"])
@@ -181,4 +293,5 @@ class LexicalShard:
             k1=float(meta["k1"]),
             b=float(meta["b"]),
             method=str(meta.get("method", BM25_METHOD)),
+            doc_lengths=lengths,
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from core.errors import InvalidInputError
 from core.records import Chunk, ParsedDocument, Section, SectionKind
 from ingest.hashing import chunk_id
+from ingest.limits import check_deadline
 
 PARENT_FACTOR = 4
 _PROSE = frozenset({SectionKind.PARAGRAPH, SectionKind.LIST})
@@ -25,6 +26,10 @@ _LINE_BASED = frozenset({SectionKind.TABLE, SectionKind.CODE})
 _SENTENCE_BREAK = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))[ \t]+(?=[^a-z\s])|[ \t]*\n\s*")
 _LINE_BREAK = re.compile(r"\n")
 _WHITESPACE = re.compile(r"\s")
+# A span longer than this many characters per token of budget cannot fit: it is cut into
+# windows (at whitespace) before anything counts its tokens, so a pathological line costs
+# one pass of the tokenizer, not one per halving.
+_WINDOW_CHARS_PER_TOKEN = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,7 @@ class _Packer:
         self._count = count
         self._limit = chunk_tokens
         self._overlap = overlap_tokens
+        self._window = chunk_tokens * _WINDOW_CHARS_PER_TOKEN
 
     def pack(self, group: list[Section]) -> Iterator[_Span]:
         """Greedily pack a group's pieces into leaves, each starting with the overlap."""
@@ -173,6 +179,12 @@ class _Packer:
                 head.pop(0)
 
     def _pieces(self, section: Section) -> list[_Piece]:
+        check_deadline()
+        template = _Piece(
+            section.char_start, section.char_end, 0, section.kind, section.page_start, section.page_end
+        )
+        if section.char_end - section.char_start > self._window:
+            return self._subdivide(template)
         whole = _Piece(
             section.char_start,
             section.char_end,
@@ -193,6 +205,9 @@ class _Packer:
 
     def _fit(self, template: _Piece, start: int, end: int) -> list[_Piece]:
         """A span that fits, or its halves cut at the whitespace nearest the middle."""
+        check_deadline()
+        if end - start > self._window:
+            return [p for left, right in self._windows(start, end) for p in self._fit(template, left, right)]
         tokens = self._count(self._text[start:end])
         if tokens <= self._limit or end - start <= 1:
             return [_Piece(start, end, tokens, template.kind, template.page_start, template.page_end)]
@@ -203,6 +218,21 @@ class _Packer:
             if left < right:
                 pieces.extend(self._fit(template, left, right))
         return pieces
+
+    def _windows(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """``[start, end)`` in spans of at most ``self._window`` characters, cut at the last
+        whitespace before each boundary (hard cut inside one endless word)."""
+        while end - start > self._window:
+            limit = start + self._window
+            cut = max(self._text.rfind(" ", start + 1, limit), self._text.rfind("\n", start + 1, limit))
+            cut = cut if cut > start else limit
+            left, right = _strip(self._text, start, cut)
+            if left < right:
+                yield left, right
+            start = cut
+        left, right = _strip(self._text, start, end)
+        if left < right:
+            yield left, right
 
     def _trailing_sentences(self, pieces: list[_Piece]) -> list[_Piece]:
         """The last prose sentences of a leaf totalling at most the overlap budget."""

@@ -13,6 +13,7 @@ from core.errors import ParseError
 from core.records import ParsedDocument, SourceDocument
 from ingest import html, markdown, pdf, text
 from ingest.decoding import decode_text
+from ingest.limits import reject_binary
 
 PDF = "application/pdf"
 HTML = "text/html"
@@ -76,6 +77,7 @@ def parse_document(doc: SourceDocument) -> ParsedDocument:
 
     Raises:
         ParseError: ``unsupported_mime_type``, ``empty_document``, ``mislabelled_content``,
+            ``binary_content`` (a text format whose bytes are not text), ``parse_timeout``,
             a parser's own code (``corrupt_pdf``, ``encrypted_pdf``, ``image_only_pdf``) or
             ``parse_failed`` for anything unexpected. No other exception escapes.
     """
@@ -87,6 +89,8 @@ def parse_document(doc: SourceDocument) -> ParsedDocument:
         parser = PARSERS.get(mime)
         if parser is None:
             raise ParseError(f"unsupported content type: {mime[:100]}", code="unsupported_mime_type")
+        if mime != PDF:
+            _reject_binary(doc.content)
         parsed = parser(doc.content)
     except ParseError:
         raise
@@ -99,6 +103,13 @@ def parse_document(doc: SourceDocument) -> ParsedDocument:
     if mime != declared:
         warnings += (f"mislabelled_content: declared {declared[:100]}, parsed as {mime}",)
     return replace(parsed, title=doc.title or parsed.title, warnings=warnings)
+
+
+def _reject_binary(data: bytes) -> None:
+    """``binary_content`` for bytes declared as a text format that do not decode as text."""
+    decoded, warnings = decode_text(data)
+    nuls = next((int(w.split()[2]) for w in warnings if w.startswith("stripped_nul")), 0)
+    reject_binary(decoded, nuls)
 
 
 def _normalise(mime: str) -> str:

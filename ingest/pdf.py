@@ -16,6 +16,7 @@ from typing import Any
 
 from core.errors import ParseError
 from core.records import ParsedDocument, SectionKind
+from ingest.limits import check_deadline
 from ingest.text import Block, assemble, markdown_table
 
 _MARGIN_ZONE = 0.08  # top/bottom share of the page where running headers live
@@ -144,6 +145,7 @@ def _extract_pages(pymupdf: Any, doc: Any, warnings: list[str]) -> Iterator[_Pag
     """Load, reduce and release one page at a time."""
     flags = int(pymupdf.TEXTFLAGS_TEXT)
     for index in range(doc.page_count):
+        check_deadline()
         try:
             page = doc.load_page(index)
             yield _extract_page(page, index + 1, flags, warnings)

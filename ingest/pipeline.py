@@ -15,6 +15,7 @@ from core.records import Chunk, Embedded, Failed, ItemRef, Outcome, Prepared, So
 from index.embedder import Embedder
 from ingest.chunking import chunk_document
 from ingest.hashing import chunk_id, content_hash
+from ingest.limits import parse_deadline
 from ingest.parse import parse_document
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ class ChunkingConfig:
 
     chunk_tokens: int
     overlap_tokens: int
+    max_chunks: int  # leaf chunks one document may have; more fails it (too_many_chunks)
+    parse_timeout_seconds: float  # parsing and chunking one document; longer fails it
 
     @property
     def label(self) -> str:
@@ -63,16 +66,24 @@ def prepare(
     if current is not None and current_hash == digest:
         return Unchanged(ref, current[0], current[1])
     try:
-        parsed = parse_document(source)
-        chunks = chunk_document(
-            parsed,
-            tenant_id=source.tenant_id,
-            external_id=source.external_id,
-            version=0,
-            count_tokens=count_tokens,
-            chunk_tokens=config.chunk_tokens,
-            overlap_tokens=config.overlap_tokens,
-        )
+        with parse_deadline(config.parse_timeout_seconds):
+            parsed = parse_document(source)
+            _check_size(parsed.text, config)
+            chunks = chunk_document(
+                parsed,
+                tenant_id=source.tenant_id,
+                external_id=source.external_id,
+                version=0,
+                count_tokens=count_tokens,
+                chunk_tokens=config.chunk_tokens,
+                overlap_tokens=config.overlap_tokens,
+            )
+        leaves = sum(1 for c in chunks if c.level == 0)
+        if leaves > config.max_chunks:
+            raise ParseError(
+                f"the document has {leaves} chunks, more than the limit of {config.max_chunks}",
+                code="too_many_chunks",
+            )
     except ParseError as exc:
         return Failed(ref, exc.code, exc.message)
     except Exception as exc:  # a parser bug must fail one document, not the job
@@ -80,7 +91,22 @@ def prepare(
         return Failed(ref, "internal_error", type(exc).__name__)
     if not any(c.level == 0 for c in chunks):
         return Failed(ref, "empty_document", "no text to index")
-    return Prepared(ref, source, digest, tuple(chunks), parsed.page_count, parsed.warnings, parsed)
+    return Prepared(
+        ref, source, digest, tuple(chunks), parsed.page_count, parsed.warnings, parsed, parsed.title
+    )
+
+
+# No token is longer than this many characters on average: text beyond
+# max_chunks * chunk_tokens * this is too many chunks without chunking it first.
+_MAX_CHARS_PER_TOKEN = 32
+
+
+def _check_size(text: str, config: ChunkingConfig) -> None:
+    if len(text) > config.max_chunks * config.chunk_tokens * _MAX_CHARS_PER_TOKEN:
+        raise ParseError(
+            f"the document's {len(text)} characters exceed the limit of {config.max_chunks} chunks",
+            code="too_many_chunks",
+        )
 
 
 def embed(batch: Sequence[Prepared], embedder: Embedder) -> list[Embedded]:

@@ -89,7 +89,7 @@ def _commit_embedded(
         doc=current,
         version=version,
         mime_type=src.mime_type,
-        title=src.title,
+        title=p.title or src.title,
         metadata=src.metadata,
         acl=src.acl,
         content_hash=p.content_hash,

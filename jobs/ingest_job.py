@@ -29,6 +29,7 @@ from ingest.pipeline import ChunkingConfig, embed, prepare
 from jobs.commit import commit
 from jobs.dual_write import DualWriter
 from jobs.sources import load_source, read_path
+from jobs.staging import remove_finished
 
 log = logging.getLogger(__name__)
 # How long a Ray job waits for its stage actors to be placed and loaded before it fails.
@@ -44,6 +45,7 @@ class JobContext:
     chunking: ChunkingConfig
     batch_documents: int
     embedding: EmbeddingSpec
+    upload_dir: Path | None  # staged uploads of finished items are removed from here
 
 
 def prepare_item(
@@ -81,6 +83,10 @@ class Cancelled(Exception):
     pass
 
 
+def _item_no(result: Committable) -> int:
+    return result.prepared.ref.item_no if isinstance(result, Embedded) else result.ref.item_no
+
+
 def _commit_all(
     conn: psycopg.Connection, ctx: JobContext, results: Sequence[Committable], dual: DualWriter | None
 ) -> int:
@@ -90,10 +96,15 @@ def _commit_all(
         commit(conn, result, model=ctx.model_name, extra_vectors=vectors, chunking=ctx.chunking.label)
         if isinstance(result, Embedded):
             chunks += len(result.vectors)
-    if jobs_repo.heartbeat(conn, job_id=ctx.job_id):
-        conn.commit()
-        raise Cancelled
+    cancelled = jobs_repo.heartbeat(conn, job_id=ctx.job_id)
     conn.commit()
+    # Committed or failed for good: their staged uploads are no longer needed.
+    remove_finished(
+        conn, job_id=ctx.job_id, item_nos=[_item_no(r) for r in results], upload_dir=ctx.upload_dir
+    )
+    conn.commit()
+    if cancelled:
+        raise Cancelled
     return chunks
 
 

@@ -36,6 +36,7 @@ class RunnerConfig:
     model_name: str
     chunking: ChunkingConfig
     data_dir: Path
+    upload_dir: Path  # staged uploads: removed as their items end
     inline_max_documents: int
     use_ray: bool
     ray_address: str | None
@@ -143,6 +144,7 @@ class IngestRunner:
                 chunking=self.config.chunking,
                 batch_documents=self.config.batch_documents,
                 embedding=self.config.embedding,
+                upload_dir=self.config.upload_dir,
             )
             error = None
             try:

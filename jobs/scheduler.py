@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,6 +22,7 @@ from catalog import audit, indexes, maintenance
 from catalog import reembed as reembed_repo
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
 from jobs.schedules import ScheduledRun, ScheduleRunner, run_due
+from jobs.staging import collect_orphan_uploads
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,8 @@ class MaintenancePolicy:
     delta_chunks: int
     gc_grace_seconds: int
     audit_retention_seconds: float
+    upload_dir: Path
+    upload_gc_grace_seconds: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,7 @@ def _maintain(
         shutil.rmtree(version.path, ignore_errors=True)
         indexes.retire(conn, version_id=version.version_id)
         collected.append(version.version_id)
+    collect_orphan_uploads(conn, upload_dir=policy.upload_dir, grace_seconds=policy.upload_gc_grace_seconds)
     removed = audit.collect_garbage(conn, retention_seconds=policy.audit_retention_seconds)
     if removed:
         log.info("audit retention: removed %d entries", removed)

@@ -14,20 +14,38 @@ from datetime import date, datetime
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
     StringConstraints,
     field_validator,
     model_validator,
 )
 
+from ragline_client import rules
+
 MIME_TYPES = ("application/pdf", "text/html", "text/markdown", "text/plain")
 MimeType = Literal["application/pdf", "text/html", "text/markdown", "text/plain"]
-AclEntry = Annotated[str, StringConstraints(pattern=r"^(user|group|service):[^\s]{1,200}$")]
+# The edge's types: one set of rules (ragline_client/rules.py) for the API, the CLI and the jobs.
+AclEntry = Annotated[str, AfterValidator(rules.acl_principal)]
+GroupId = Annotated[str, AfterValidator(rules.group_id)]
+PrincipalId = Annotated[str, StringConstraints(max_length=256), AfterValidator(rules.principal_id)]
+ExternalId = Annotated[str, AfterValidator(rules.external_id)]
+SafeText = Annotated[str, AfterValidator(rules.no_nul)]
 MetaKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
-MetaValue = Annotated[str, StringConstraints(max_length=2000)] | int | float | bool | None
+# Values that decide access or filtering are strict: "yes", "on" or 1 are not booleans.
+MetaValue = (
+    Annotated[str, StringConstraints(max_length=2000), AfterValidator(rules.no_nul)]
+    | StrictBool
+    | StrictInt
+    | StrictFloat
+    | None
+)
 
 
 class Strict(BaseModel):
@@ -36,12 +54,12 @@ class Strict(BaseModel):
 
 class AclIn(Strict):
     principals: list[AclEntry] = Field(default_factory=list, max_length=1000)
-    public: bool = False
+    public: StrictBool = False
 
 
 class DocumentIn(Strict):
-    external_id: Annotated[str, StringConstraints(min_length=1, max_length=512)]
-    title: Annotated[str, StringConstraints(max_length=1000)] | None = None
+    external_id: ExternalId
+    title: Annotated[SafeText, StringConstraints(max_length=1000)] | None = None
     text: str | None = None
     content_base64: str | None = None
     mime_type: MimeType | None = None
@@ -107,6 +125,14 @@ class ItemError(BaseModel):
     message: str | None
 
 
+class ItemWarnings(BaseModel):
+    """An item that was indexed with warnings, such as ``mislabelled_content``."""
+
+    item_no: int
+    external_id: str
+    warnings: list[str]
+
+
 class JobDocuments(BaseModel):
     total: int
     done: int
@@ -166,6 +192,7 @@ class JobOut(BaseModel):
     started_at: str | None
     finished_at: str | None
     errors: list[ItemError] = Field(default_factory=list)
+    warnings: list[ItemWarnings] = Field(default_factory=list)
     # A running job's estimated seconds left (a migration counts chunks in ``documents``).
     eta_seconds: float | None = None
     # A migration's report: capacity check, backfill, gate results, the swap (or why not).
@@ -174,7 +201,7 @@ class JobOut(BaseModel):
 
 class AclUpdate(Strict):
     principals: list[AclEntry] = Field(default_factory=list, max_length=1000)
-    public: bool = False
+    public: StrictBool = False
 
     @field_validator("principals")
     @classmethod
@@ -243,15 +270,27 @@ class ReadyOut(BaseModel):
 
 # --- retrieval ------------------------------------------------------------------------------
 
-FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(rules.no_nul)]
+# A date or datetime, as an aware datetime (a date or naive time is UTC).
+FilterInstant = Annotated[datetime | date, AfterValidator(rules.filter_instant)]
+
+_EMPTY_LIST = "An empty list applies no filter, the same as leaving the field out."
 
 
 class FiltersIn(Strict):
-    source: list[FilterValue] = Field(default_factory=list, max_length=100)
-    mime_type: list[FilterValue] = Field(default_factory=list, max_length=10)
-    created_after: datetime | date | None = None
-    created_before: datetime | date | None = None
-    metadata: dict[MetaKey, FilterValue | list[FilterValue]] = Field(default_factory=dict, max_length=32)
+    """Conditions a result must meet (all of them). A list matches any of its values; an
+    empty list applies no filter on that field, for ``source``, ``mime_type`` and every
+    ``metadata`` key alike. Dates without a time zone are UTC."""
+
+    source: list[FilterValue] = Field(default_factory=list, max_length=100, description=_EMPTY_LIST)
+    mime_type: list[FilterValue] = Field(default_factory=list, max_length=10, description=_EMPTY_LIST)
+    created_after: FilterInstant | None = None
+    created_before: FilterInstant | None = None
+    metadata: dict[MetaKey, FilterValue | list[FilterValue]] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="metadata key -> value or list of values. " + _EMPTY_LIST,
+    )
 
 
 class RetrieveInBase(Strict):
@@ -277,7 +316,7 @@ class RetrieveInBase(Strict):
     rerank: bool | None = None
     max_context_tokens: int
     expand: Literal["none", "parent"] = "none"
-    as_principal: Annotated[str, StringConstraints(max_length=256)] | None = None
+    as_principal: PrincipalId | None = None
 
 
 class ResultOut(BaseModel):
@@ -379,12 +418,21 @@ class ValidationIssue(BaseModel):
     type: str
 
 
+class RejectionOut(BaseModel):
+    index: int
+    external_id: str | None
+    code: str
+    message: str
+
+
 class ErrorDetail(BaseModel):
     code: str
     message: str
     request_id: str
     # Only request validation failures (422 invalid_request) list the fields at fault.
     details: list[ValidationIssue] | None = None
+    # Only a push whose every document was rejected (422 all_documents_rejected) lists them.
+    rejections: list[RejectionOut] | None = None
 
 
 class ErrorBody(BaseModel):
@@ -411,7 +459,7 @@ class ErrorBody(BaseModel):
 
 class GroupsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    groups: list[str] = Field(default_factory=list, max_length=10_000)
+    groups: list[GroupId] = Field(default_factory=list, max_length=10_000)
 
 
 class LimitsOut(BaseModel):

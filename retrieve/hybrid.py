@@ -19,6 +19,7 @@ import numpy as np
 
 from authz.acl import AclFilter
 from core.records import Hit
+from index.bm25_shards import LexicalShard, LexicalStats
 from index.faiss_shards import exact_search
 from retrieve.planner import SearchPlan, plan_search, search_shard
 from retrieve.serving import ServingIndex, ServingState
@@ -142,8 +143,19 @@ class HybridSearcher:
         ]
 
     def lexical(self, snap: ServingIndex, masks: Masks, query: str, k: int, log: StageLog) -> list[Hit]:
+        """BM25 over every shard and the delta, all scored with one set of collection
+        statistics (summed over the segments for the query's terms), so a document scores
+        the same whichever segment holds it. The statistics count every document, readable or
+        not, as each shard's own did: masks decide what is returned, never how it scores."""
+        segments = [shard.lexical for shard in (snap.version.shards if snap.version else ())]
+        if snap.delta.lexical is not None:
+            segments.append(snap.delta.lexical)
+        stats = LexicalStats.total(segment.stats(query) for segment in segments)
         tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
-            (f"shard{shard.shard}", partial(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask))
+            (
+                f"shard{shard.shard}",
+                partial(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask, stats),
+            )
             for shard, mask, allowed in zip(
                 snap.version.shards if snap.version else (), masks.shards, masks.shard_counts, strict=True
             )
@@ -151,12 +163,14 @@ class HybridSearcher:
         ]
         parts = self._fan_out("lexical", tasks, log)
         if snap.delta.lexical is not None and masks.delta_count:
-            parts.append(self._lexical_one(snap.delta.lexical, snap.delta.rows, query, k, masks.delta))
+            parts.append(self._lexical_one(snap.delta.lexical, snap.delta.rows, query, k, masks.delta, stats))
         return _merge(parts, k)
 
     @staticmethod
-    def _lexical_one(shard, rows: np.ndarray, query: str, k: int, mask: np.ndarray) -> list[Hit]:
-        scores, pos = shard.search(query, k, allowed=mask)
+    def _lexical_one(
+        shard: LexicalShard, rows: np.ndarray, query: str, k: int, mask: np.ndarray, stats: LexicalStats
+    ) -> list[Hit]:
+        scores, pos = shard.search(query, k, allowed=mask, stats=stats)
         return [Hit(int(rows[p]), float(s), "lexical") for s, p in zip(scores, pos, strict=True)]
 
     def _fan_out(

@@ -212,10 +212,10 @@ def _truncate_top(item: PackItem, count_tokens: TokenCount, budget: int) -> tupl
     if not prefix:
         return (
             [],
-            f"result {item.result_index} dropped: not even one character fits the {budget}-token budget",
+            f"result {item.result_index + 1} dropped: not even one character fits the {budget}-token budget",
         )
     block = _Block(item.document_key, item.char_start, prefix, (item.result_index,))
-    note = f"result {item.result_index} truncated to {len(prefix)} of {len(item.text)} characters to fit"
+    note = f"result {item.result_index + 1} truncated to {len(prefix)} of {len(item.text)} characters to fit"
     return [block], note
 
 
@@ -324,13 +324,13 @@ def _pack(
         if added is not None:
             blocks, used_parent = added
             if used_parent:
-                notes.append(f"result {item.result_index} expanded to its parent section")
+                notes.append(f"result {item.result_index + 1} expanded to its parent section")
         elif rank == 0:
             blocks, note = _truncate_top(item, count_tokens, budget)
             truncated = bool(blocks)
             notes.append(note)
         else:
-            notes.append(f"result {item.result_index} skipped: does not fit the remaining budget")
+            notes.append(f"result {item.result_index + 1} skipped: does not fit the remaining budget")
     text = _assemble(blocks, separator)
     return PackedContext(
         text=text,

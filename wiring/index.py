@@ -57,4 +57,6 @@ def maintenance_policy(settings: Settings) -> MaintenancePolicy:
         delta_chunks=ix.rebuild_delta_chunks,
         gc_grace_seconds=ix.gc_grace_seconds,
         audit_retention_seconds=settings.audit.retention_days * 86400.0,
+        upload_dir=settings.upload_dir,
+        upload_gc_grace_seconds=settings.ingest.upload_gc_grace_seconds,
     )

@@ -11,7 +11,13 @@ from wiring.index import LIVE_ALIAS
 
 
 def chunking_config(settings: Settings) -> ChunkingConfig:
-    return ChunkingConfig(settings.ingest.chunk_tokens, settings.ingest.chunk_overlap)
+    ing = settings.ingest
+    return ChunkingConfig(
+        chunk_tokens=ing.chunk_tokens,
+        overlap_tokens=ing.chunk_overlap,
+        max_chunks=ing.max_chunks_per_document,
+        parse_timeout_seconds=ing.parse_timeout_seconds,
+    )
 
 
 def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> RunnerConfig:
@@ -20,6 +26,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         model_name=settings.embedding_model,
         chunking=chunking_config(settings),
         data_dir=settings.data_dir,
+        upload_dir=settings.upload_dir,
         inline_max_documents=settings.ingest.inline_max_documents,
         use_ray=use_ray,
         ray_address=settings.ray_address,

@@ -24,12 +24,13 @@ from jobs.schedules import ScheduleRunner
 from retrieve.service import SearchService
 from wiring.embedding import embedding_spec
 from wiring.index import LIVE_ALIAS, rebuild_config
+from wiring.ingest import chunking_config
 from wiring.search import build_search_service
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 
 
-def parse_chunking(value: str | None) -> ChunkingConfig | None:
+def parse_chunking(value: str | None, settings: Settings) -> ChunkingConfig | None:
     """``TOKENS/OVERLAP`` (e.g. ``128/16``) within the ingest settings' limits."""
     if value is None:
         return None
@@ -40,7 +41,9 @@ def parse_chunking(value: str | None) -> ChunkingConfig | None:
         raise InvalidInputError(
             f"chunking must be TOKENS/OVERLAP with 16 <= TOKENS <= 8192 and OVERLAP < TOKENS: {value!r}"
         ) from exc
-    return ChunkingConfig(config.chunk_tokens, config.chunk_overlap)
+    return replace(
+        chunking_config(settings), chunk_tokens=config.chunk_tokens, overlap_tokens=config.chunk_overlap
+    )
 
 
 def version_search_opener(settings: Settings, url: str) -> SearchOpener:
@@ -101,7 +104,7 @@ def reembed_config(
             embedding_spec(settings, batch_size=r.batch_chunks).for_model(model), threads=r.threads
         ),
         build=build,
-        chunking=parse_chunking(args.chunking),
+        chunking=parse_chunking(args.chunking, settings),
         gate=GateConfig(
             recall_floor=r.recall_floor,
             recall_sample=r.recall_sample,

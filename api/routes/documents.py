@@ -28,7 +28,8 @@ from catalog import audit
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
-from core.errors import InvalidInputError, PayloadTooLargeError
+from core import validation
+from core.errors import BatchRejectedError, InvalidInputError, PayloadTooLargeError
 from core.records import Acl
 
 router = APIRouter(prefix="/v1", tags=["documents"])
@@ -118,12 +119,18 @@ def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list
 def push_documents(
     body: PushRequest, request: Request, principal: IngestPrincipal, pool: PoolDep, settings: SettingsDep
 ) -> PushResponse:
-    """Queue a batch; invalid items are rejected one by one, the rest go into one job."""
+    """Queue a batch; invalid items are rejected one by one, the rest go into one job.
+
+    A batch whose every document is rejected is a 422 (``all_documents_rejected``) listing
+    the rejections in ``error.rejections``; no job is created."""
     if len(body.documents) > settings.api.max_batch_documents:
         raise InvalidInputError(f"at most {settings.api.max_batch_documents} documents per batch")
     items, rejections = _validate_items(body.documents, settings.api.max_body_bytes)
     if not items:
-        return PushResponse(job_id=None, accepted=0, rejections=rejections)
+        raise BatchRejectedError(
+            f"all {len(rejections)} documents were rejected",
+            rejections=[r.model_dump() for r in rejections],
+        )
     job_id = _submit(request, pool, principal.tenant_id, principal.principal_id, items)
     return PushResponse(job_id=job_id, accepted=len(items), rejections=rejections)
 
@@ -132,7 +139,7 @@ def push_documents(
     "/documents:upload",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=PushResponse,
-    responses=error_responses(401, 403, 429, 413, 422),
+    responses=error_responses(400, 401, 403, 429, 413, 422),
 )
 def upload_document(
     request: Request,
@@ -182,6 +189,7 @@ def upload_document(
 )
 def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep) -> DocumentDeletedOut:
     """Tombstones every chunk in the transaction that answers: no retrieval returns them after."""
+    validation.external_id(external_id)
     with pool.connection() as conn:
         hidden = docs_repo.delete_document(conn, tenant_id=principal.tenant_id, external_id=external_id)
         audit.record(
@@ -202,6 +210,7 @@ def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep)
 )
 def put_acl(external_id: str, body: AclUpdate, principal: IngestPrincipal, pool: PoolDep) -> DocumentAclOut:
     """Replace a document's ACL; effective for retrieval from this response on."""
+    validation.external_id(external_id)
     acl = Acl(tuple(body.principals), body.public)
     with pool.connection() as conn:
         docs_repo.set_acl(conn, tenant_id=principal.tenant_id, external_id=external_id, acl=acl)

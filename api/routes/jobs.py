@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 
 from api.deps import IngestPrincipal, PoolDep
 from api.errors import error_responses
-from api.schemas import ItemError, JobDocuments, JobOut, JobThroughput
+from api.schemas import ItemError, ItemWarnings, JobDocuments, JobOut, JobThroughput
 from catalog import jobs as jobs_repo
 from core.errors import ConflictError, NotFoundError, UnavailableError
 
@@ -21,7 +21,12 @@ JobState = Annotated[
 ]
 
 
-def job_out(job: jobs_repo.JobRow, errors: list[jobs_repo.ItemRow]) -> JobOut:
+def job_out(
+    job: jobs_repo.JobRow,
+    errors: list[jobs_repo.ItemRow],
+    warned: list[jobs_repo.ItemRow] | None = None,
+) -> JobOut:
+    """A job as the API shows it: counts, throughput, failed items and items with warnings."""
     end = job.finished_at or datetime.now(UTC)
     elapsed = (end - job.started_at).total_seconds() if job.started_at else 0.0
     rate = lambda n: round(n / elapsed, 3) if elapsed > 0 else 0.0  # noqa: E731
@@ -58,6 +63,10 @@ def job_out(job: jobs_repo.JobRow, errors: list[jobs_repo.ItemRow]) -> JobOut:
             )
             for i in errors
         ],
+        warnings=[
+            ItemWarnings(item_no=i.item_no, external_id=i.external_id, warnings=list(i.warnings))
+            for i in warned or []
+        ],
     )
 
 
@@ -68,7 +77,8 @@ def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> Job
         if job is None:
             raise NotFoundError(f"no job {job_id}")
         failed = jobs_repo.items(conn, job_id=job_id, state="failed")
-    return job_out(job, failed)
+        warned = jobs_repo.warned_items(conn, job_id=job_id)
+    return job_out(job, failed, warned)
 
 
 @router.get("/jobs", response_model=list[JobOut], responses=error_responses(401, 403, 429, 422))

@@ -7,7 +7,7 @@ The request model carries the configured limits, so the router is built per app:
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, time
+from datetime import date, datetime
 from time import perf_counter
 from typing import Any
 
@@ -27,13 +27,13 @@ from retrieve.service import RetrieveRequest, RetrieveResult, SearchService
 
 
 def _as_datetime(value: datetime | date | None) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value if value is None or value.tzinfo else value.astimezone()
-    return datetime.combine(value, time.min).astimezone()
+    """The schema's ``FilterInstant`` already made every date an aware datetime."""
+    return value if value is None or isinstance(value, datetime) else None
 
 
 def document_filters(f: FiltersIn) -> DocumentFilters:
-    meta = {k: frozenset([v] if isinstance(v, str) else v) for k, v in f.metadata.items()}
+    # An empty list applies no filter, for metadata keys as for source and mime_type.
+    meta = {k: frozenset([v] if isinstance(v, str) else v) for k, v in f.metadata.items() if v}
     return DocumentFilters(
         sources=frozenset(f.source),
         mime_types=frozenset(f.mime_type),

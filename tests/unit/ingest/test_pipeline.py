@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from core.records import Failed, ItemRef, Prepared, SourceDocument, Unchanged
-from ingest.pipeline import ChunkingConfig, embed, hash_source, prepare, with_version
+from ingest.pipeline import embed, hash_source, prepare, with_version
+from tests.factories import chunking
 
-CONFIG = ChunkingConfig(chunk_tokens=16, overlap_tokens=2)
+CONFIG = chunking(chunk_tokens=16, overlap_tokens=2)
 REF = ItemRef(uuid.uuid4(), 0)
 
 
@@ -61,7 +63,7 @@ def test_same_content_is_unchanged_without_parsing() -> None:
 
 def test_crlf_and_chunking_settings_change_the_hash_as_expected() -> None:
     assert hash_source(_source("a\r\nb"), CONFIG) == hash_source(_source("a\nb"), CONFIG)
-    assert hash_source(_source("a"), CONFIG) != hash_source(_source("a"), ChunkingConfig(17, 2))
+    assert hash_source(_source("a"), CONFIG) != hash_source(_source("a"), replace(CONFIG, chunk_tokens=17))
 
 
 def test_empty_document_fails_instead_of_raising() -> None:

@@ -9,6 +9,7 @@ import pytest
 from catalog.reembed import ParentSection
 from core.errors import InvalidInputError
 from core.records import ParsedDocument, Section, SectionKind
+from core.settings import Settings
 from ingest.parsed_store import decode_parsed, encode_parsed
 from jobs.rechunk import from_parents
 from jobs.reembed_gate import GATE_READER, ndcg_at_10, read_query_file
@@ -57,12 +58,12 @@ def test_args_round_trip_through_job_params() -> None:
 
 
 def test_chunking_argument() -> None:
-    config = parse_chunking("128/16")
+    config = parse_chunking("128/16", Settings())
     assert config is not None and config.label == "128/16"
-    assert parse_chunking(None) is None
+    assert parse_chunking(None, Settings()) is None
     for bad in ("8/0", "128/128", "x/1"):
         with pytest.raises(InvalidInputError):
-            parse_chunking(bad)
+            parse_chunking(bad, Settings())
 
 
 def test_parent_sections_rebuild_a_document_at_their_offsets() -> None:

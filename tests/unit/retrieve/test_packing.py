@@ -83,7 +83,8 @@ def test_skips_a_big_item_but_takes_a_later_small_one() -> None:
     packed = pack_context(items, count_tokens=words, budget=3)
     assert packed.text == "alpha" + SEPARATOR + "beta"
     assert [c.result_indices for c in packed.citations] == [(0,), (2,)]
-    assert packed.notes == ("result 1 skipped: does not fit the remaining budget",)
+    # Notes name results by rank (from 1), as results[].rank and the API's citations do.
+    assert packed.notes == ("result 2 skipped: does not fit the remaining budget",)
     assert not packed.truncated
 
 
@@ -96,7 +97,7 @@ def test_top_result_too_big_is_cut_at_a_sentence_boundary() -> None:
     assert packed.truncated
     assert packed.citations[0].result_indices == (7,)
     assert packed.citations[0].doc_char_end == 100 + len(packed.text)
-    assert "truncated" in packed.notes[0]
+    assert packed.notes[0].startswith("result 8 truncated")
 
 
 def test_top_result_falls_back_to_word_then_character_boundaries() -> None:
@@ -107,7 +108,7 @@ def test_top_result_falls_back_to_word_then_character_boundaries() -> None:
     assert truncate_to_budget(text, words, 0) == ""
     packed = pack_context([PackItem(0, "d", text, 0, len(text))], count_tokens=words, budget=0)
     assert packed.text == "" and packed.citations == () and not packed.truncated
-    assert "dropped" in packed.notes[0]
+    assert packed.notes[0].startswith("result 1 dropped")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,237 @@
+"""Permission attacks through the HTTP API, as a standing suite: cross-tenant reads in every
+mode and filter, ``as_principal`` abuse, filter injection, role confusion and other tenants'
+jobs and documents by id. Every answer is checked against the oracle of what the caller may
+read; the suite counts its checks and requires 0 leaks."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from catalog import principals as principals_repo
+from tests.integration.api.conftest import make_key, wait_job
+
+pytestmark = pytest.mark.integration
+
+WORDS = "turbine vault salary rotation pasta incident"
+DOCS = {
+    "acme": [
+        ("secret-a", {"principals": ["user:alice"]}, {"team": "finance"}),
+        ("group-a", {"principals": ["group:eng"]}, {"team": "eng"}),
+        ("public-a", {"public": True}, {"team": "eng"}),
+        ("handbook", {"principals": ["user:alice"]}, {"team": "hr"}),
+    ],
+    "globex": [
+        ("public-g", {"public": True}, {"team": "eng"}),
+        ("handbook", {"principals": ["user:mallory"]}, {"team": "hr"}),
+    ],
+}
+# What each (tenant, principal) may read: the oracle.
+READABLE = {
+    ("acme", "user:alice"): {"secret-a", "group-a", "public-a", "handbook"},
+    ("acme", "user:bob"): {"public-a"},
+    ("globex", "user:alice"): {"public-g"},
+    ("globex", "user:mallory"): {"public-g", "handbook"},
+}
+FILTERS = [
+    {},
+    {"metadata": {"team": "finance"}},
+    {"metadata": {"team": ["eng", "hr", "finance"]}},
+    {"source": []},
+    {"created_after": "2000-01-01"},
+    {"mime_type": ["text/plain"]},
+]
+INJECTIONS = [
+    "finance' OR '1'='1",
+    'finance" OR "1"="1',
+    "x'); DELETE FROM chunks; --",
+    "%",
+    "*",
+    "\\",
+    '{"$ne": null}',
+    "a" * 500,
+]
+
+
+def _auth(t: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {t}"}
+
+
+class World:
+    def __init__(self, client: TestClient, db_url: str) -> None:
+        self.client = client
+        self.ingest = {t: make_key(db_url, t, ["ingest"]) for t in DOCS}
+        self.readers = {(t, p): make_key(db_url, t, ["query"], principal=p) for (t, p) in READABLE}
+        self.delegate = {
+            t: make_key(db_url, t, ["query"], principal="service:portal", delegate=True) for t in DOCS
+        }
+        self.jobs: dict[str, str] = {}
+        with psycopg.connect(db_url) as conn:
+            principals_repo.replace_groups(
+                conn, tenant_id="acme", principal_id="user:alice", groups=["group:eng"]
+            )
+        for tenant, docs in DOCS.items():
+            body = {
+                "documents": [
+                    {"external_id": ext, "text": f"{tenant} {ext}: {WORDS}.", "acl": acl, "metadata": meta}
+                    for ext, acl, meta in docs
+                ]
+            }
+            job = client.post("/v1/documents", json=body, headers=_auth(self.ingest[tenant])).json()
+            assert wait_job(client, self.ingest[tenant], job["job_id"])["state"] == "succeeded"
+            self.jobs[tenant] = job["job_id"]
+        self.checks = 0
+        self.leaks: list[str] = []
+
+    def retrieve(self, token: str, **body: object):  # type: ignore[no-untyped-def]
+        return self.client.post(
+            "/v1/retrieve", json={"query": WORDS, "top_k": 20, **body}, headers=_auth(token)
+        )
+
+    def expect_only(self, resp, allowed: set[str], tenant: str, what: str) -> None:  # type: ignore[no-untyped-def]
+        self.checks += 1
+        if resp.status_code != 200:
+            self.leaks.append(f"{what}: status {resp.status_code} {resp.text[:200]}")
+            return
+        results = resp.json()["results"]
+        got = {r["document_external_id"] for r in results}
+        texts_ok = all(r["text"].startswith(f"{tenant} ") for r in results)
+        if not got <= allowed or not texts_ok:
+            self.leaks.append(f"{what}: got {sorted(got)} allowed {sorted(allowed)}")
+
+
+@pytest.fixture
+def world(full_client: TestClient, db_url: str) -> World:
+    return World(full_client, db_url)
+
+
+def test_cross_tenant_reads_in_every_mode_and_filter(world: World) -> None:
+    for (tenant, principal), token in world.readers.items():
+        for mode in ("hybrid", "dense", "lexical"):
+            for filters in FILTERS:
+                for rerank in (False, True) if mode == "hybrid" else (False,):
+                    resp = world.retrieve(token, mode=mode, filters=filters, rerank=rerank)
+                    world.expect_only(
+                        resp, READABLE[(tenant, principal)], tenant, f"{tenant}/{principal} {mode} {filters}"
+                    )
+    # The oracle is reachable: alice does see her own documents (the suite is not vacuous).
+    own = world.retrieve(world.readers[("acme", "user:alice")], mode="lexical")
+    assert {r["document_external_id"] for r in own.json()["results"]} == READABLE[("acme", "user:alice")]
+    assert world.leaks == [] and world.checks == 4 * (2 + 1 + 1) * len(FILTERS)
+
+
+def test_as_principal_abuse(world: World) -> None:
+    plain = world.readers[("globex", "user:mallory")]
+    resp = world.retrieve(plain, as_principal="user:alice")
+    assert resp.status_code == 403, resp.text  # no delegation right
+    # Delegation stays inside the key's tenant: globex's portal acting as alice sees
+    # globex-alice's documents, never acme-alice's.
+    resp = world.retrieve(world.delegate["globex"], as_principal="user:alice")
+    world.expect_only(resp, READABLE[("globex", "user:alice")], "globex", "delegate across tenants")
+    resp = world.retrieve(world.delegate["acme"], as_principal="user:alice", mode="lexical")
+    world.expect_only(resp, READABLE[("acme", "user:alice")], "acme", "delegate in tenant")
+    assert {r["document_external_id"] for r in resp.json()["results"]} == READABLE[("acme", "user:alice")]
+    for bad in (
+        "group:eng",
+        "user:*",
+        "*",
+        "user:alice\n",
+        "user:alice,group:eng",
+        "service:portal user:alice",
+        "",
+    ):
+        resp = world.retrieve(world.delegate["acme"], as_principal=bad)
+        world.checks += 1
+        if resp.status_code != 422:
+            world.leaks.append(f"as_principal {bad!r}: {resp.status_code}")
+    assert world.leaks == []
+
+
+def test_filter_injection(world: World) -> None:
+    token = world.readers[("acme", "user:bob")]
+    for value in INJECTIONS:
+        for filters in (
+            {"metadata": {"team": value}},
+            {"metadata": {"team": [value, "eng"]}},
+            {"source": [value]},
+            {"mime_type": [value]},
+        ):
+            world.expect_only(
+                world.retrieve(token, filters=filters),
+                READABLE[("acme", "user:bob")],
+                "acme",
+                str(filters)[:80],
+            )
+    for bad in (
+        {"metadata": {"team": {"$ne": None}}},
+        {"metadata": {"team": [["eng"]]}},
+        {"metadata": {"team' OR 1=1": "x"}},
+        {"metadata": {"team": "a" * 501}},
+        {"acl": {"public": True}},
+        {"source": "eng"},
+        {"created_after": "2000-01-01'; DROP TABLE chunks; --"},
+    ):
+        resp = world.retrieve(token, filters=bad)
+        world.checks += 1
+        if resp.status_code != 422:
+            world.leaks.append(f"filters {bad}: {resp.status_code}")
+    for bad_body in ({"principal": "user:alice"}, {"tenant_id": "globex"}, {"acl": {"public": True}}):
+        resp = world.retrieve(token, **bad_body)
+        world.checks += 1
+        if resp.status_code != 422:
+            world.leaks.append(f"body {bad_body}: {resp.status_code}")
+    assert world.leaks == []
+
+
+def test_role_confusion(world: World) -> None:
+    query, ingest = world.readers[("acme", "user:alice")], world.ingest["acme"]
+    doc = {"documents": [{"external_id": "x", "text": "x", "acl": {"public": True}}]}
+    attempts = [
+        ("POST", "/v1/documents", query, doc),
+        ("DELETE", "/v1/documents/public-a", query, None),
+        ("PUT", "/v1/documents/public-a/acl", query, {"principals": [], "public": True}),
+        ("GET", f"/v1/jobs/{world.jobs['acme']}", query, None),
+        ("GET", "/v1/jobs", query, None),
+        ("PUT", "/v1/principals/user:bob/groups", query, {"groups": ["group:eng"]}),
+        ("PUT", "/v1/principals/user:bob/groups", ingest, {"groups": ["group:eng"]}),
+        ("POST", "/v1/retrieve", ingest, {"query": WORDS}),
+    ]
+    for method, path, token, body in attempts:
+        resp = world.client.request(method, path, json=body, headers=_auth(token))
+        world.checks += 1
+        if resp.status_code != 403 or resp.json()["error"]["code"] != "forbidden":
+            world.leaks.append(f"{method} {path}: {resp.status_code}")
+    # Nothing changed: bob still reads only the public document.
+    world.expect_only(world.retrieve(world.readers[("acme", "user:bob")]), {"public-a"}, "acme", "after")
+    assert world.leaks == []
+
+
+def test_other_tenants_jobs_and_documents_by_id(world: World) -> None:
+    mallory = world.ingest["globex"]
+    acme_job = world.jobs["acme"]
+    for method, path, body in (
+        ("GET", f"/v1/jobs/{acme_job}", None),
+        ("POST", f"/v1/jobs/{acme_job}:cancel", None),
+        ("DELETE", "/v1/documents/secret-a", None),
+        ("PUT", "/v1/documents/secret-a/acl", {"principals": ["user:mallory"], "public": True}),
+    ):
+        resp = world.client.request(method, path, json=body, headers=_auth(mallory))
+        world.checks += 1
+        if resp.status_code != 404 or "acme" in resp.text:
+            world.leaks.append(f"{method} {path}: {resp.status_code} {resp.text[:120]}")
+    listed = world.client.get("/v1/jobs", headers=_auth(mallory)).json()
+    world.checks += 1
+    if acme_job in {j["job_id"] for j in listed}:
+        world.leaks.append("acme's job listed to globex")
+    # Same external id in both tenants: globex's delete hits only globex's copy.
+    assert world.client.delete("/v1/documents/handbook", headers=_auth(mallory)).status_code == 200
+    world.expect_only(
+        world.retrieve(world.readers[("acme", "user:alice")], mode="lexical"),
+        READABLE[("acme", "user:alice")],
+        "acme",
+        "acme after globex deletes its handbook",
+    )
+    still = world.retrieve(world.readers[("acme", "user:alice")], mode="lexical").json()["results"]
+    assert {"handbook", "secret-a"} <= {r["document_external_id"] for r in still}
+    assert world.leaks == []
