@@ -496,8 +496,8 @@ class MeOut(BaseModel):
 
 
 ConnectorName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
-ItemKey = Annotated[str, StringConstraints(min_length=1, max_length=512)]
-Fingerprint = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+ItemKey = Annotated[str, StringConstraints(min_length=1, max_length=512), AfterValidator(rules.no_nul)]
+Fingerprint = Annotated[str, StringConstraints(min_length=1, max_length=512), AfterValidator(rules.no_nul)]
 
 
 class ConnectorStateOut(BaseModel):
@@ -536,7 +536,7 @@ class ConnectorStateUpdate(Strict):
     the batch in flight (which the server deduplicates by content hash when it is re-sent).
     """
 
-    cursor: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    cursor: Annotated[str, StringConstraints(max_length=4096), AfterValidator(rules.no_nul)] | None = None
     set_documents: dict[ItemKey, Fingerprint] = Field(default_factory=dict, max_length=10_000)
     remove_documents: list[ItemKey] = Field(default_factory=list, max_length=10_000)
     set_groups: dict[ItemKey, Fingerprint] = Field(default_factory=dict, max_length=10_000)

@@ -14,7 +14,7 @@ from api.schemas import GroupsBody, GroupsOut, JobOut, NodeStatusOut, ShardStatu
 from authz.api_keys import validate_principal_id
 from catalog import audit
 from catalog import principals as repo
-from core.errors import InvalidInputError
+from core.errors import ConfigError, InvalidInputError
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 
@@ -109,8 +109,11 @@ def post_reembed(body: ReembedIn, request: Request, admin: AdminPrincipal, pool:
     )
     settings = request.app.state.settings
     url = request.app.state.database_url
-    config = reembed_config(settings, url, args, actor=admin.principal_id, tenant_id=admin.tenant_id)
-    job_id = start_reembed(url, config)
+    try:
+        config = reembed_config(settings, url, args, actor=admin.principal_id, tenant_id=admin.tenant_id)
+        job_id = start_reembed(url, config)
+    except ConfigError as exc:  # the caller named a model that cannot be loaded: their input
+        raise InvalidInputError(exc.message) from exc
     request.app.state.reembed.submit(job_id, config)
     with pool.connection() as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
