@@ -68,6 +68,8 @@ def _items(args: argparse.Namespace) -> list[NewItem]:
     default_acl = _acl([p.strip() for p in args.acl.split(",") if p.strip()], args.public)
     items = []
     files, skipped = walk(args.paths)
+    if args.acl_map is not None:  # the ACL map may sit beside the files it describes
+        skipped = [f for f in skipped if f.resolve() != args.acl_map.resolve()]
     if skipped:
         shown = ", ".join(str(p) for p in skipped[:10]) + (" ..." if len(skipped) > 10 else "")
         print(
