@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 from api.schemas import FiltersIn, ResultOut, RetrieveOut, Strict
 
@@ -296,6 +296,9 @@ class VersionOut(BaseModel):
     built_at: str | None
     build_seconds: float | None
     error: str | None
+    gate: dict[str, JsonValue] | None = Field(
+        None, description="A model migration's gate results (completeness, recall, nDCG, overlap, passed)"
+    )
 
 
 class ServingOut(BaseModel):

@@ -4,9 +4,11 @@ versions and aliases, checked swaps and rollbacks, and garbage collection."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -40,6 +42,7 @@ class VersionOverview:
     built_at: datetime | None
     build_seconds: float | None
     error: str | None
+    gate: Mapping[str, Any] | None  # a migration's gate results for this (target) version
 
 
 def _files(v: VersionRow) -> tuple[tuple[str, ...], list[int], float | None]:
@@ -84,6 +87,7 @@ def overview(conn: psycopg.Connection) -> tuple[list[VersionOverview], list[Alia
                 built_at=v.built_at,
                 build_seconds=build_s,
                 error=v.error,
+                gate=v.params.get("gate"),
             )
         )
     return out, aliases

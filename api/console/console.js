@@ -296,14 +296,23 @@
             onclick: () => rollback(a.alias, a.previous_version), text: "Roll back" })));
       })));
     clear($("index-versions"), table(null,
-      ["Version", "State", "Aliases", "Model", "Kinds", "Shards", "Chunks", "Hidden", "Delta", "Position", "Built", "Build s", ""],
+      ["Version", "State", "Aliases", "Model", "Kinds", "Shards", "Chunks", "Hidden", "Delta", "Position", "Built", "Build s", "Migration gate", ""],
       ix.versions.map((v) => el("tr", { "data-version": v.version_id },
         td(el("code", { text: v.version_id })), td(v.state), td([...v.aliases, ...v.rollback_of.map((a) => "(" + a + " rollback)")].join(" ")),
         td(v.model + " · " + v.dim + "d"), td(v.kinds.join(", ")), td(v.shards), td(v.chunks),
         td(v.hidden + " (" + fmt(v.hidden_fraction * 100, 1) + "%)"), td(v.delta), td(v.position), td(when(v.built_at)),
         td(fmt(v.build_seconds, 1)),
+        td(gateReport(v.gate)),
         td(v.state === "ready" ? el("button", { type: "button", onclick: () => quality(v.version_id), text: "Check quality" }) : "")))));
   }
+  // A model migration's gate results on its target version: the verdict, then every check.
+  function gateReport(gate) {
+    if (!gate) return "–";
+    return el("details", { class: "gate" },
+      el("summary", { text: gate.passed ? "passed" : "failed" }),
+      el("pre", { text: JSON.stringify(gate, null, 2) }));
+  }
+
   async function swap(alias, version) {
     if (!window.confirm("Point alias " + alias + " at " + version + "? Searches switch to it at once.")) return;
     try { await api("POST", "v1/admin/index/aliases/" + alias + ":swap", { version_id: version }); showError("index-error", null); }

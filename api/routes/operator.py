@@ -255,13 +255,14 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
                     **{
                         k: getattr(v, k)
                         for k in VersionOut.model_fields
-                        if k not in ("aliases", "rollback_of", "kinds", "created_at", "built_at")
+                        if k not in ("aliases", "rollback_of", "kinds", "created_at", "built_at", "gate")
                     },
                     aliases=list(v.aliases),
                     rollback_of=list(v.rollback_of),
                     kinds=list(v.kinds),
                     created_at=v.created_at.isoformat(),
                     built_at=_iso(v.built_at),
+                    gate=dict(v.gate) if v.gate is not None else None,
                 )
                 for v in versions
             ],

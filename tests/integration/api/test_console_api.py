@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from api.console_schemas import DebugRetrieveOut, ExplainOut, IndexOut, KeyCreatedOut, QualityOut
 from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
+from catalog.reembed import write_gate_report
 from jobs.rebuild_job import rebuild
 from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
@@ -220,8 +221,12 @@ def test_index_swap_rollback_quality_gc(
 
     assert post("/v1/admin/index/aliases/live:swap", version_id=v1)["serving"] == v1
     assert post("/v1/admin/index/aliases/live:swap", version_id=v2)["serving"] == v2
+    gate = {"passed": False, "index_quality": {"passed": True, "min_recall_at_10": 0.97}}
+    with psycopg.connect(db_url) as conn:  # what a model migration leaves on its target version
+        write_gate_report(conn, version_id=v2, gate=gate)
     overview = IndexOut.model_validate(full_client.get("/v1/admin/index", headers=_auth(admin)).json())
     by_id = {v.version_id: v for v in overview.versions}
+    assert by_id[v2].gate == gate and by_id[v1].gate is None
     assert by_id[v2].aliases == ["live"] and by_id[v1].rollback_of == ["live"]
     assert by_id[v2].chunks >= 2 and by_id[v2].shards == 2 and by_id[v2].kinds and by_id[v2].hidden == 0
     assert overview.serving is not None and overview.serving.version_id == v2
