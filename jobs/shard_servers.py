@@ -26,6 +26,7 @@ import numpy as np
 
 from authz.acl import AclFilter
 from core.records import Hit
+from index.bm25_shards import LexicalStats
 from index.tokenize import Tokenizer
 from retrieve.hybrid import HybridSearcher, Masks, PlannerConfig, StageLog, build_masks
 from retrieve.remote import RemoteLists
@@ -56,6 +57,9 @@ class ShardQuery:
     vector: np.ndarray | None  # None: no dense list
     text: str | None  # None: no lexical list
     k: int
+    # The query terms' statistics summed over every server's segments (the fan-out's first
+    # round), so lexical scores compare across servers exactly as they do in one process.
+    stats: LexicalStats | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,17 @@ class ShardServer:
             self.state, planner=config.planner, pool=self.executor, stage_timeout_s=config.stage_timeout_s
         )
 
+    def lexical_stats(self, text: str, position: int) -> LexicalStats:
+        """This group's share of the collection statistics for ``text`` (the delta counts once,
+        on group 0, which serves it)."""
+        self.watcher.catch_up_to(position)
+        snap = self.state.current
+        version = snap.version
+        if version is not None:
+            keep = tuple(p for p in version.shards if p.shard % self.config.n_groups == self.config.group)
+            snap = replace(snap, version=replace(version, shards=keep))
+        return self.searcher.lexical_stats(snap, text, delta=self.config.group == 0)
+
     def search(self, query: ShardQuery) -> ShardAnswer:
         self.watcher.catch_up_to(query.position)
         snap = self.state.current
@@ -115,7 +130,9 @@ class ShardServer:
             self.searcher.dense(snap, masks, query.vector, query.k, slog) if query.vector is not None else []
         )
         lexical = (
-            self.searcher.lexical(snap, masks, query.text, query.k, slog) if query.text is not None else []
+            self.searcher.lexical(snap, masks, query.text, query.k, slog, query.stats)
+            if query.text is not None
+            else []
         )
         return ShardAnswer(snap.version_id, dense, lexical, slog.degraded, slog.plans)
 
@@ -169,12 +186,19 @@ class ShardFanout:
         import ray
         from ray.exceptions import GetTimeoutError, RayError
 
-        refs = [s.search.remote(query) for s in self.servers]
+        degraded: list[dict[str, str]] = []
+        servers = list(enumerate(self.servers))
+        if query.text is not None:
+            stats, failed = self._global_stats(query.text, query.position)
+            query = replace(query, stats=stats)
+            for i, reason in failed.items():  # a server that failed round one is not asked again
+                degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
+            servers = [(i, s) for i, s in servers if i not in failed]
+        refs = [s.search.remote(query) for _, s in servers]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
         done = set(ready)
         answers: list[ShardAnswer] = []
-        degraded: list[dict[str, str]] = []
-        for i, ref in enumerate(refs):
+        for (i, _), ref in zip(servers, refs, strict=True):
             if ref not in done:
                 with contextlib.suppress(Exception):  # best effort: the answer does not wait for it
                     ray.cancel(ref)
@@ -194,6 +218,21 @@ class ShardFanout:
             tuple(a.version_id for a in answers),
             degraded,
         )
+
+    def _global_stats(self, text: str, position: int) -> tuple[LexicalStats, dict[int, str]]:
+        """Round one of a lexical query: every server's statistics for its segments, summed,
+        and the servers that did not answer (by index, with the error's name)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        refs = [s.lexical_stats.remote(text, position) for s in self.servers]
+        parts, failed = [], {}
+        for i, ref in enumerate(refs):
+            try:
+                parts.append(ray.get(ref, timeout=self.timeout_s))
+            except (RayError, GetTimeoutError) as exc:  # its shards go unsearched: degraded
+                failed[i] = type(exc).__name__
+        return LexicalStats.total(parts), failed
 
     def lists(
         self, *, acl: AclFilter, position: int, vector: np.ndarray | None, text: str | None, k: int

@@ -142,15 +142,30 @@ class HybridSearcher:
             Hit(int(rows[p]), float(s), "dense") for s, p in zip(scores[0], pos[0], strict=True) if p >= 0
         ]
 
-    def lexical(self, snap: ServingIndex, masks: Masks, query: str, k: int, log: StageLog) -> list[Hit]:
+    @staticmethod
+    def lexical_stats(snap: ServingIndex, query: str, *, delta: bool = True) -> LexicalStats:
+        """The query terms' collection statistics over the snapshot's shards (and its delta)."""
+        segments = [shard.lexical for shard in (snap.version.shards if snap.version else ())]
+        if delta and snap.delta.lexical is not None:
+            segments.append(snap.delta.lexical)
+        return LexicalStats.total(segment.stats(query) for segment in segments)
+
+    def lexical(
+        self,
+        snap: ServingIndex,
+        masks: Masks,
+        query: str,
+        k: int,
+        log: StageLog,
+        stats: LexicalStats | None = None,
+    ) -> list[Hit]:
         """BM25 over every shard and the delta, all scored with one set of collection
         statistics (summed over the segments for the query's terms), so a document scores
         the same whichever segment holds it. The statistics count every document, readable or
-        not, as each shard's own did: masks decide what is returned, never how it scores."""
-        segments = [shard.lexical for shard in (snap.version.shards if snap.version else ())]
-        if snap.delta.lexical is not None:
-            segments.append(snap.delta.lexical)
-        stats = LexicalStats.total(segment.stats(query) for segment in segments)
+        not, as each shard's own did: masks decide what is returned, never how it scores.
+        ``stats`` are given when this snapshot holds only some of the segments (a shard server:
+        the fan-out sums every server's ``lexical_stats`` first)."""
+        stats = stats or self.lexical_stats(snap, query)
         tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
             (
                 f"shard{shard.shard}",
