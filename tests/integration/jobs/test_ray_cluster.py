@@ -235,7 +235,16 @@ def test_files_named_by_path_are_staged_so_no_node_needs_the_drivers_disk(
     ]
     job_id = jobs_repo.create_job(conn, tenant_id="acme", kind="ingest", items=items, params={})
     config = factories.runner(db_url, tmp_path)
-    ctx = JobContext(job_id, "acme", "", config.model_name, config.chunking, 8, config.embedding)
+    ctx = JobContext(
+        job_id=job_id,
+        tenant_id="acme",
+        conninfo="",
+        model_name=config.model_name,
+        chunking=config.chunking,
+        batch_documents=8,
+        embedding=config.embedding,
+        upload_dir=None,
+    )
     assert stage_paths(conn, ctx, config.model_name) == 1
     present.unlink()  # a cluster node would not have it either
     pending = jobs_repo.items(conn, job_id=job_id, state="pending")
