@@ -126,8 +126,10 @@ class Writer:
     def wait_jobs(self, client: httpx.Client) -> None:
         deadline = time.monotonic() + JOB_TIMEOUT_S
         while time.monotonic() < deadline:
-            r = client.get("/v1/jobs", params={"state": "running"})
+            # Queued first: a job only moves queued -> running -> finished, so asking in this
+            # order cannot miss one that starts between the two questions.
             q = client.get("/v1/jobs", params={"state": "queued"})
+            r = client.get("/v1/jobs", params={"state": "running"})
             assert r.status_code == q.status_code == 200, (r.text, q.text)
             if not r.json() and not q.json():
                 return
