@@ -80,60 +80,62 @@ def test_reembed_under_writes_and_reads(
             )
             responses.append((t, r.status_code, r.json()))
 
-    readers = [threading.Thread(target=read) for _ in range(2)]
+    readers = [threading.Thread(target=read, daemon=True) for _ in range(2)]
     for t in readers:
         t.start()
-    model = str(model_variants_dir["cls"])
-    started = client.post("/v1/admin/reembed", json={"model": model, "index_kind": "flat"}, headers=auth)
-    assert started.status_code == 202, started.text
-    job_id = started.json()["job_id"]
-    gone: dict[str, float] = {}  # external id (or old-version marker) -> acknowledged at
-    i, seen_running = 0, False
-    acked_at: list[float] = []  # wall-clock acknowledgement of each push
-    while True:
-        state = client.get(f"/v1/jobs/{job_id}", headers=auth).json()
-        seen_running |= state["state"] == "running" and state["documents"]["total"] > 0
-        if state["state"] not in ("queued", "running") and i >= 4:
-            break
-        if i < 8:
-            pushed = client.post(
-                "/v1/documents",
-                json={
-                    "documents": [
-                        {"external_id": f"n{i}", "text": _text(i, f"new{i}"), "acl": {"public": True}},
-                        {"external_id": f"p{i}", "text": _text(i, f"ver{i}"), "acl": {"public": True}},
-                    ]
-                },
-                headers=auth,
-            ).json()
-            assert wait_job(client, admin, pushed["job_id"])["state"] == "succeeded"
-            acked_at.append(time.time())
-            gone[f"old{i}"] = time.monotonic()  # p{i}'s first version is superseded
-            r = client.put(f"/v1/documents/s{i}/acl", json={"principals": ["user:other"]}, headers=auth)
-            assert r.status_code == 200
-            gone[f"sec{i}"] = time.monotonic()
-            if i % 2:
-                assert client.delete(f"/v1/documents/n{i - 1}", headers=auth).status_code == 200
-                gone[f"new{i - 1}"] = time.monotonic()
-        i += 1
-        time.sleep(0.2)
-    assert state["state"] == "succeeded", state
-    # The writes must have landed while the migration ran (dual write is what is under test):
-    # compare the pushes' acknowledgements with the job's own start and end (same clock), which
-    # does not depend on a poll catching it in the running state.
-    began = datetime.fromisoformat(state["started_at"]).timestamp()
-    ended = datetime.fromisoformat(state["finished_at"]).timestamp()
-    during = [t for t in acked_at if began <= t <= ended]
-    assert during, (seen_running, began, ended, acked_at)
-    assert state["report"]["gate"]["passed"]
-    target = state["report"]["swapped"]["to"]
-    with psycopg.connect(db_url) as conn:
-        service.watcher.check_alias(conn)
-    deadline = time.monotonic() + 30
-    while service.state.current.version_id != target and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.0)  # readers on the new version
-    stop.set()
+    try:
+        model = str(model_variants_dir["cls"])
+        started = client.post("/v1/admin/reembed", json={"model": model, "index_kind": "flat"}, headers=auth)
+        assert started.status_code == 202, started.text
+        job_id = started.json()["job_id"]
+        gone: dict[str, float] = {}  # external id (or old-version marker) -> acknowledged at
+        i, seen_running = 0, False
+        acked_at: list[float] = []  # wall-clock acknowledgement of each push
+        while True:
+            state = client.get(f"/v1/jobs/{job_id}", headers=auth).json()
+            seen_running |= state["state"] == "running" and state["documents"]["total"] > 0
+            if state["state"] not in ("queued", "running") and i >= 4:
+                break
+            if i < 8:
+                pushed = client.post(
+                    "/v1/documents",
+                    json={
+                        "documents": [
+                            {"external_id": f"n{i}", "text": _text(i, f"new{i}"), "acl": {"public": True}},
+                            {"external_id": f"p{i}", "text": _text(i, f"ver{i}"), "acl": {"public": True}},
+                        ]
+                    },
+                    headers=auth,
+                ).json()
+                assert wait_job(client, admin, pushed["job_id"])["state"] == "succeeded"
+                acked_at.append(time.time())
+                gone[f"old{i}"] = time.monotonic()  # p{i}'s first version is superseded
+                r = client.put(f"/v1/documents/s{i}/acl", json={"principals": ["user:other"]}, headers=auth)
+                assert r.status_code == 200
+                gone[f"sec{i}"] = time.monotonic()
+                if i % 2:
+                    assert client.delete(f"/v1/documents/n{i - 1}", headers=auth).status_code == 200
+                    gone[f"new{i - 1}"] = time.monotonic()
+            i += 1
+            time.sleep(0.2)
+        assert state["state"] == "succeeded", state
+        # The writes must have landed while the migration ran (dual write is what is under test):
+        # compare the pushes' acknowledgements with the job's own start and end (same clock), which
+        # does not depend on a poll catching it in the running state.
+        began = datetime.fromisoformat(state["started_at"]).timestamp()
+        ended = datetime.fromisoformat(state["finished_at"]).timestamp()
+        during = [t for t in acked_at if began <= t <= ended]
+        assert during, (seen_running, began, ended, acked_at)
+        assert state["report"]["gate"]["passed"]
+        target = state["report"]["swapped"]["to"]
+        with psycopg.connect(db_url) as conn:
+            service.watcher.check_alias(conn)
+        deadline = time.monotonic() + 30
+        while service.state.current.version_id != target and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # readers on the new version
+    finally:  # a failed assertion must not leave the readers running
+        stop.set()
     for t in readers:
         t.join()
 
