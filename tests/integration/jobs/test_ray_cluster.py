@@ -210,9 +210,12 @@ def test_ingest_and_rebuild_run_on_both_nodes(cluster: Cluster, db_url: str, tmp
         assert job is not None and job.state == "succeeded", job
         assert job.documents_done == DOCS and job.chunks >= DOCS
         placement = job.params["placement"]
-        # Two prepare and two embed actors cannot share a one-CPU node: each node runs both stages.
+        # Two prepare actors and two embed actors cannot share a one-CPU node, so each node hosts
+        # both stages. Prepare work lands on both nodes; embed work lands on the cluster but not
+        # always on both: when parsing is the slower stage, Ray Data hands every batch to the
+        # first idle embed actor (seen in a CI check under load), so only its node is asserted.
         assert set(placement["prepare"]) == set(by_role.values()), placement
-        assert set(placement["embed"]) == set(by_role.values()), placement
+        assert placement["embed"] and set(placement["embed"]) <= set(by_role.values()), placement
 
     out = _ragline(cluster, db_url, data, "index", "rebuild", "--swap", "live")
     with psycopg.connect(db_url) as conn:
