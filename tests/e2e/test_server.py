@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,22 +17,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.serverproc import JOB_TIMEOUT_S, READY_TIMEOUT_S, REPO, auth, free_port
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "samples" / "corpus"
 RUNBOOK = "runbook-postgres-failover.md"
 POLICY = "security-policy.html"
 HANDBOOK = "employee-handbook.pdf"
 SALARIES = "hr-compensation-bands.txt"
-READY_TIMEOUT_S = 120.0  # the ingest runner and the search service each load the model
-JOB_TIMEOUT_S = 180.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +82,7 @@ def _wait_ready(server: Server) -> None:
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
     """A running ``ragline serve`` on a clean catalog; always killed at the end."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
     env.update(
         RAGLINE_DATABASE_URL=db_url,
@@ -131,14 +123,10 @@ def _document(name: str) -> dict:
     return {"external_id": name, **entry, **body}
 
 
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def _wait_job(client: httpx.Client, token: str, job_id: str) -> dict:
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while time.monotonic() < deadline:
-        r = client.get(f"/v1/jobs/{job_id}", headers=_auth(token))
+        r = client.get(f"/v1/jobs/{job_id}", headers=auth(token))
         assert r.status_code == 200, r.text
         job = r.json()
         if job["state"] not in ("queued", "running"):
@@ -154,11 +142,11 @@ def test_server_end_to_end(server: Server) -> None:
     bob = server.key("query", principal="user:bob")
     client = httpx.Client(base_url=server.base_url, timeout=60.0)
 
-    r = client.put("/v1/principals/user:alice/groups", json={"groups": ["group:eng"]}, headers=_auth(admin))
+    r = client.put("/v1/principals/user:alice/groups", json={"groups": ["group:eng"]}, headers=auth(admin))
     assert r.status_code == 200, r.text
 
     docs = [_document(n) for n in (RUNBOOK, POLICY, HANDBOOK, SALARIES)]
-    r = client.post("/v1/documents", json={"documents": docs}, headers=_auth(ingest))
+    r = client.post("/v1/documents", json={"documents": docs}, headers=auth(ingest))
     assert r.status_code == 202, r.text
     assert r.json()["accepted"] == 4 and r.json()["rejections"] == []
     job = _wait_job(client, ingest, r.json()["job_id"])
@@ -167,7 +155,7 @@ def test_server_end_to_end(server: Server) -> None:
     assert job["chunks"] >= 4 and job["pages"] >= 3  # the handbook alone has three pages
 
     def search(token: str, query: str, **extra: object) -> dict:
-        resp = client.post("/v1/retrieve", json={"query": query, **extra}, headers=_auth(token))
+        resp = client.post("/v1/retrieve", json={"query": query, **extra}, headers=auth(token))
         assert resp.status_code == 200, resp.text
         return resp.json()
 
