@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_server import REPO, Server, _auth, _free_port, _wait_job, _wait_ready
+from tests.e2e.serverproc import REPO, auth, free_port
+from tests.e2e.test_server import Server, _wait_job, _wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,7 +44,7 @@ def replicas(db_url: str, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
     )
     servers = []
     for name in ("a", "b"):
-        port = _free_port()
+        port = free_port()
         log_path = tmp_path / f"replica-{name}.log"
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
@@ -66,7 +67,7 @@ def replicas(db_url: str, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
 
 
 def _ids(client: httpx.Client, token: str) -> tuple[list[str], str]:
-    r = client.post("/v1/retrieve", json={"query": QUERY, "top_k": 10}, headers=_auth(token))
+    r = client.post("/v1/retrieve", json={"query": QUERY, "top_k": 10}, headers=auth(token))
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["degraded"] == [], body["degraded"]
@@ -96,7 +97,7 @@ def test_replicas_agree_on_changes_and_swaps(replicas: tuple[Server, Server]) ->
             "acl": {"principals": [], "public": True},
         },
     ]
-    r = ca.post("/v1/documents", json={"documents": docs}, headers=_auth(ingest))
+    r = ca.post("/v1/documents", json={"documents": docs}, headers=auth(ingest))
     assert r.status_code == 202, r.text
     assert _wait_job(ca, ingest, r.json()["job_id"])["state"] == "succeeded"
     ids, before = _ids(cb, alice)
@@ -117,18 +118,18 @@ def test_replicas_agree_on_changes_and_swaps(replicas: tuple[Server, Server]) ->
     assert set(swap_ms) == {"a", "b"}, f"swap to {version} reached only {swap_ms}"
 
     # Each change is acknowledged by one replica and must hold on the other's next response.
-    r = ca.put("/v1/principals/user:alice/groups", json={"groups": ["group:eng"]}, headers=_auth(admin))
+    r = ca.put("/v1/principals/user:alice/groups", json={"groups": ["group:eng"]}, headers=auth(admin))
     assert r.status_code == 200, r.text
     ids, group_ms = _next_response_ms(cb, alice, time.perf_counter())
     assert RUNBOOK in ids, ids
 
     acl = {"principals": ["group:ops"], "public": False}
-    r = cb.put(f"/v1/documents/{RUNBOOK}/acl", json=acl, headers=_auth(ingest))
+    r = cb.put(f"/v1/documents/{RUNBOOK}/acl", json=acl, headers=auth(ingest))
     assert r.status_code == 200, r.text
     ids, acl_ms = _next_response_ms(ca, alice, time.perf_counter())
     assert RUNBOOK not in ids, ids
 
-    r = ca.delete(f"/v1/documents/{NOTE}", headers=_auth(ingest))
+    r = ca.delete(f"/v1/documents/{NOTE}", headers=auth(ingest))
     assert r.status_code == 200 and r.json()["deleted"], r.text
     ids, delete_ms = _next_response_ms(cb, alice, time.perf_counter())
     assert NOTE not in ids, ids
