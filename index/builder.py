@@ -20,8 +20,15 @@ import numpy as np
 
 from core.errors import IndexIntegrityError, InvalidInputError
 from index.bm25_shards import LexicalShard
-from index.faiss_shards import DenseKind, DenseParams, DenseShard, choose_kind
-from index.manifest import Manifest, ShardEntry, VersionContents, verify_version, write_version
+from index.faiss_shards import ROW_IDS_FILE, DenseKind, DenseParams, DenseShard, choose_kind
+from index.manifest import (
+    Manifest,
+    ShardEntry,
+    VersionContents,
+    verify_shard_file,
+    verify_version,
+    write_version,
+)
 from index.tokenize import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -201,22 +208,67 @@ class ShardPair:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardSelection:
+    """Which shards of a version a process loads: shards are dealt by number to ``n_groups``
+    groups (group g holds g, g + n, ...), so any version, whatever its shard count, is fully
+    covered by the groups together. ``n_groups == 0`` holds no shard (an API process that fans
+    out to shard servers); ``delta`` says whether the process also serves the fresh-writes
+    delta (one process does: in-process serving, or shard server 0)."""
+
+    group: int = 0
+    n_groups: int = 1
+    delta: bool = True
+
+    @classmethod
+    def group_of(cls, group: int, n_groups: int) -> ShardSelection:
+        """Shard server ``group`` of ``n_groups``; the first also serves the delta."""
+        if n_groups < 1 or not 0 <= group < n_groups:
+            raise InvalidInputError(f"shard group {group} of {n_groups} does not exist")
+        return cls(group, n_groups, group == 0)
+
+    @classmethod
+    def nothing(cls) -> ShardSelection:
+        return cls(0, 0, False)
+
+    def holds(self, shard: int) -> bool:
+        return self.n_groups > 0 and shard % self.n_groups == self.group
+
+
+EVERYTHING = ShardSelection()
+
+
+@dataclass(frozen=True, slots=True)
 class LoadedVersion:
+    """A version's manifest (every shard listed) and the shards this process loaded."""
+
     version_id: str
     path: Path
     manifest: Manifest
     shards: tuple[ShardPair, ...]
 
+    def row_ids_by_shard(self) -> tuple[np.ndarray, ...]:
+        """Every shard's sorted row ids, loaded here or not: the unloaded ones memory-mapped
+        (checked against the manifest), so a lookup touches a few pages, not the file."""
+        loaded = {pair.shard: pair.row_ids for pair in self.shards}
+        return tuple(
+            loaded[n]
+            if n in loaded
+            else np.load(verify_shard_file(self.path, self.manifest, n, ROW_IDS_FILE), mmap_mode="r")
+            for n in range(len(self.manifest.shards))
+        )
 
-def load_version(path: Path, mmap: bool = True) -> LoadedVersion:
-    """Verify a version's files against its manifest, then load all its shards.
+
+def load_version(path: Path, mmap: bool = True, select: ShardSelection = EVERYTHING) -> LoadedVersion:
+    """Verify the selected shards' files against the manifest, then load those shards.
 
     Raises:
         IndexIntegrityError: when verification or loading fails.
     """
-    manifest = verify_version(path)
+    manifest = verify_version(path, select.holds)
     shards = []
     for number, entry in enumerate(manifest.shards):
+        if not select.holds(number):
+            continue
         shard_dir = path / entry.path
         dense = DenseShard.load(shard_dir, mmap=mmap)
         lexical = LexicalShard.load(shard_dir / LEXICAL_DIR, mmap=mmap)

@@ -164,12 +164,13 @@ def read_manifest(path: Path) -> Manifest:
         raise IndexIntegrityError(f"{manifest_path} is unreadable: {type(exc).__name__}: {exc}") from exc
 
 
-def verify_version(path: Path) -> Manifest:
-    """Check every file of a version against its manifest before serving it.
+def verify_version(path: Path, holds: Callable[[int], bool] | None = None) -> Manifest:
+    """Check every file of a version (or of the shards ``holds`` names) against its manifest
+    before serving it.
 
     Checks the manifest format and id, each listed file's presence, size and sha256, and
     that the row counts of ``row_ids.npy``, ``lexical/row_ids.npy`` and ``vectors.npy``
-    match the shard's ``n_vectors``.
+    match the shard's ``n_vectors``. A shard server checks only the shards it loads.
 
     Returns:
         The manifest.
@@ -184,11 +185,27 @@ def verify_version(path: Path) -> Manifest:
         )
     if manifest.version_id != path.name:
         raise IndexIntegrityError(f"{path}: manifest names version {manifest.version_id!r}")
-    for shard in manifest.shards:
+    for number, shard in enumerate(manifest.shards):
+        if holds is not None and not holds(number):
+            continue
         for entry in shard.files:
             _verify_file(path / entry.path, entry)
         _verify_counts(path / shard.path, shard.n_vectors, manifest.dim)
     return manifest
+
+
+def verify_shard_file(path: Path, manifest: Manifest, shard: int, name: str) -> Path:
+    """One file of one shard checked against the manifest (size, sha256); returns its path.
+
+    Raises:
+        IndexIntegrityError: the manifest does not list it, or it fails the check.
+    """
+    entry_path = f"{manifest.shards[shard].path}/{name}"
+    for entry in manifest.shards[shard].files:
+        if entry.path == entry_path:
+            _verify_file(path / entry.path, entry)
+            return path / entry.path
+    raise IndexIntegrityError(f"{path}: the manifest lists no {entry_path}")
 
 
 def _verify_file(file: Path, entry: FileEntry) -> None:

@@ -8,18 +8,22 @@ before searching and builds its masks locally. So a delete or ACL change acknowl
 the position was read is effective on every server, exactly as in-process. A server that
 times out or has died degrades the answer (``degraded`` names it); it never fails it.
 
-Lexical scores are each shard's own BM25, as in-process (per-shard statistics), so the merged
-lists equal the in-process ones. Each server maps the whole version and searches only its own
-shards (memory-mapped pages it never touches stay off its RSS).
+Lexical scores use collection statistics summed over every server's segments (the fan-out's
+first round), as in-process, so the merged lists equal the in-process ones. Each server loads
+only its group's shards of each version it serves (dense and lexical files and their per-shard
+catalog positions; ``index.builder.ShardSelection``), so a version larger than one node's
+memory is served by enough servers; the API process that fans out loads none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,10 +31,11 @@ import numpy as np
 from authz.acl import AclFilter
 from core.records import Hit
 from index.bm25_shards import LexicalStats
+from index.builder import ShardSelection
 from index.tokenize import Tokenizer
-from retrieve.hybrid import HybridSearcher, Masks, PlannerConfig, StageLog, build_masks
+from retrieve.hybrid import HybridSearcher, PlannerConfig, StageLog, build_masks
 from retrieve.remote import RemoteLists
-from retrieve.serving import ServingIndex, ServingState
+from retrieve.serving import ServingState
 from retrieve.watcher import IndexWatcher
 
 log = logging.getLogger(__name__)
@@ -71,23 +76,24 @@ class ShardAnswer:
     plans: list[str] = field(default_factory=list)
 
 
-def restrict(snap: ServingIndex, masks: Masks, group: int, n_groups: int) -> tuple[ServingIndex, Masks]:
-    """The snapshot and masks limited to the group's shards; group 0 also takes the delta.
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What a shard server has loaded: its version's shards and delta, and its memory."""
 
-    Shards are dealt by number, so any version (whatever its shard count) is fully covered.
-    """
-    serve_delta = group == 0
-    pairs = snap.version.shards if snap.version else ()
-    keep = [i for i, pair in enumerate(pairs) if pair.shard % n_groups == group]
-    version = replace(snap.version, shards=tuple(pairs[i] for i in keep)) if snap.version else None
-    delta = masks.delta if serve_delta else np.zeros_like(masks.delta)
-    sub = Masks(
-        tuple(masks.shards[i] for i in keep),
-        delta,
-        tuple(masks.shard_counts[i] for i in keep),
-        masks.delta_count if serve_delta else 0,
-    )
-    return replace(snap, version=version), sub
+    version_id: str
+    shards: tuple[int, ...]
+    delta_chunks: int
+    serves_delta: bool
+    rss_bytes: int
+
+
+def rss_bytes() -> int:
+    """This process's resident set size (Linux ``/proc``; 0 where it cannot be read)."""
+    try:
+        resident = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return resident * os.sysconf("SC_PAGE_SIZE")
 
 
 class ShardServer:
@@ -98,7 +104,12 @@ class ShardServer:
 
         self.config = config
         self.pool = ConnectionPool(config.conninfo, min_size=1, max_size=2, open=True)
-        self.state = ServingState(model_name=config.model_name, dim=config.dim, tokenizer=config.tokenizer)
+        self.state = ServingState(
+            model_name=config.model_name,
+            dim=config.dim,
+            tokenizer=config.tokenizer,
+            selection=ShardSelection.group_of(config.group, config.n_groups),
+        )
         self.watcher = IndexWatcher(
             self.pool, self.state, alias=config.alias, poll_seconds=config.poll_seconds
         )
@@ -110,21 +121,14 @@ class ShardServer:
 
     def lexical_stats(self, text: str, position: int) -> LexicalStats:
         """This group's share of the collection statistics for ``text`` (the delta counts once,
-        on group 0, which serves it)."""
+        on group 0, the only server that loads it)."""
         self.watcher.catch_up_to(position)
-        snap = self.state.current
-        version = snap.version
-        if version is not None:
-            keep = tuple(p for p in version.shards if p.shard % self.config.n_groups == self.config.group)
-            snap = replace(snap, version=replace(version, shards=keep))
-        return self.searcher.lexical_stats(snap, text, delta=self.config.group == 0)
+        return self.searcher.lexical_stats(self.state.current, text)
 
     def search(self, query: ShardQuery) -> ShardAnswer:
         self.watcher.catch_up_to(query.position)
-        snap = self.state.current
-        snap, masks = restrict(
-            snap, build_masks(self.state, snap, query.acl), self.config.group, self.config.n_groups
-        )
+        snap = self.state.current  # only this group's shards (and the delta on group 0)
+        masks = build_masks(self.state, snap, query.acl)
         slog = StageLog()
         dense = (
             self.searcher.dense(snap, masks, query.vector, query.k, slog) if query.vector is not None else []
@@ -135,6 +139,17 @@ class ShardServer:
             else []
         )
         return ShardAnswer(snap.version_id, dense, lexical, slog.degraded, slog.plans)
+
+    def holding(self) -> Holding:
+        """The shards and delta this server loaded for its current version, and its RSS."""
+        snap = self.state.current
+        return Holding(
+            snap.version_id,
+            tuple(p.shard for p in snap.version.shards) if snap.version else (),
+            len(snap.delta.rows),
+            self.state.selection.delta,
+            rss_bytes(),
+        )
 
     def node_id(self) -> str:
         import ray

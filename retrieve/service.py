@@ -145,9 +145,11 @@ class SearchService:
         position = self._ensure_fresh(catalog_position)
         snap = self.state.current
         masks = build_masks(self.state, snap, acl)
+        # Fanning out, this process holds no shard: the servers build the masks that count.
+        readable = masks.allowed if self.shards is None else self._readable_documents(acl)
         slog.time("acl_filter", t)
         fused: list[FusedHit] = []
-        if masks.allowed:
+        if readable:
             lists, weights = (
                 self._candidates(req, snap, masks, slog)
                 if self.shards is None
@@ -173,6 +175,11 @@ class SearchService:
         return RetrieveResult(
             items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans
         )
+
+    def _readable_documents(self, acl: AclFilter) -> int:
+        view = self.state.view
+        with view.lock:
+            return int(np.count_nonzero(view.allowed_documents(acl)))
 
     def _ensure_fresh(self, position: int | None) -> int:
         """Catch up with every change committed before this request (fails closed).

@@ -24,7 +24,7 @@ from catalog import indexes as indexes_repo
 from catalog import serving as serving_repo
 from catalog.documents import documents_by_id
 from catalog.maintenance import repeatable_read
-from index.builder import LoadedVersion, load_version
+from index.builder import EVERYTHING, LoadedVersion, ShardSelection, load_version
 from index.tokenize import Tokenizer
 from retrieve.catalog_view import CatalogView
 from retrieve.delta import DeltaSegment
@@ -40,7 +40,9 @@ class ServingIndex:
     position: int  # catalog position the version covers
     shard_doc_idx: tuple[np.ndarray, ...]
     shard_versions: tuple[np.ndarray, ...]
-    index_rows: np.ndarray = field(repr=False)  # sorted row ids held by the version
+    # Every shard's sorted row ids, loaded in this process or memory-mapped (a lookup touches a
+    # few pages): which chunks the version holds, for the delta and for explain.
+    shard_rows: tuple[np.ndarray, ...] = field(repr=False)
     delta: DeltaSegment = field(repr=False)
     delta_doc_idx: np.ndarray = field(repr=False)
 
@@ -48,11 +50,18 @@ class ServingIndex:
     def version_id(self) -> str:
         return self.version.version_id if self.version else "delta-only"
 
+    @property
+    def index_rows(self) -> np.ndarray:
+        """Sorted row ids held by the version (every shard's)."""
+        return np.sort(np.concatenate(self.shard_rows)) if self.shard_rows else np.zeros(0, np.int64)
+
     def in_index(self, rows: np.ndarray) -> np.ndarray:
-        if len(self.index_rows) == 0:
-            return np.zeros(len(rows), dtype=bool)
-        at = np.searchsorted(self.index_rows, rows).clip(0, len(self.index_rows) - 1)
-        return self.index_rows[at] == rows
+        found = np.zeros(len(rows), dtype=bool)
+        for held in self.shard_rows:
+            if len(held) and len(rows):
+                at = np.searchsorted(held, rows).clip(0, len(held) - 1)
+                found |= np.asarray(held[at]) == rows
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +89,14 @@ class ServingState:
         dim: int,
         tokenizer: Tokenizer,
         prepare_model: Callable[[str], None] | None = None,
+        selection: ShardSelection = EVERYTHING,
     ) -> None:
         """``model_name``/``dim`` serve when no version is loaded (delta only);
-        ``prepare_model`` loads a version's query embedder before the version serves."""
+        ``prepare_model`` loads a version's query embedder before the version serves;
+        ``selection``: the shards of each version (and whether the delta) this process loads
+        and searches (a shard server's group; none for an API that fans out)."""
         self.view = CatalogView()
+        self.selection = selection
         self.model_name = model_name
         self.dim = dim
         self.prepare_model = prepare_model
@@ -124,26 +137,30 @@ class ServingState:
                 for doc in serving_repo.all_documents(conn):
                     self.view.upsert(doc)
             self.view.position = position
-            version = load_version(version_path) if version_path else None
+            version = load_version(version_path, select=self.selection) if version_path else None
             if version is not None and self.prepare_model is not None:
                 self.prepare_model(version.manifest.model_name)
             self._current = self._snapshot(conn, version)
 
     def _snapshot(self, conn: psycopg.Connection, version: LoadedVersion | None) -> ServingIndex:
-        """A snapshot for ``version``: positions mapped to documents, delta since its build."""
-        docs, vers, rows = [], [], []
+        """A snapshot for ``version``: positions of the loaded shards mapped to documents, and
+        the delta since its build when this process serves it."""
+        docs, vers = [], []
         for shard in version.shards if version else ():
             pos = serving_repo.chunk_positions(conn, rows=shard.row_ids)
             docs.append(self.view.doc_index(pos.doc_ids))
             vers.append(pos.versions)
-            rows.append(np.asarray(shard.row_ids, dtype=np.int64))
-        index_rows = np.sort(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+        serve_delta = self.selection.delta
         built_at = version.manifest.catalog_position if version else 0
-        changed = [
-            c.doc_id
-            for c in changes_repo.changes_since(conn, position=built_at, limit=10_000_000)
-            if c.doc_id is not None and c.seq <= self.view.position
-        ]
+        changed = (
+            [
+                c.doc_id
+                for c in changes_repo.changes_since(conn, position=built_at, limit=10_000_000)
+                if c.doc_id is not None and c.seq <= self.view.position
+            ]
+            if serve_delta
+            else []
+        )
         model = version.manifest.model_name if version else self.model_name
         dim = version.manifest.dim if version else self.dim
         base = ServingIndex(
@@ -153,14 +170,14 @@ class ServingState:
             built_at,
             tuple(docs),
             tuple(vers),
-            index_rows,
+            version.row_ids_by_shard() if version else (),
             DeltaSegment.empty(dim),
             np.zeros(0, np.int64),
         )
         return self._with_delta(conn, base, sorted(set(changed)))
 
     def _with_delta(self, conn: psycopg.Connection, snap: ServingIndex, doc_ids: list[int]) -> ServingIndex:
-        if not doc_ids:
+        if not doc_ids or not self.selection.delta:
             return snap
         fresh = serving_repo.live_leaf_chunks(conn, doc_ids=doc_ids, model=snap.model)
         rows = np.array([c.row for c in fresh], dtype=np.int64)
@@ -186,7 +203,7 @@ class ServingState:
     def swap_to(self, conn: psycopg.Connection, version_path: Path) -> str:
         """Load, verify and switch to another version; raises (and keeps the old) on failure."""
         with self._swap_lock:
-            version = load_version(version_path)
+            version = load_version(version_path, select=self.selection)
             if self.prepare_model is not None:  # two models may be loaded from here on
                 self.prepare_model(version.manifest.model_name)
             with self.view.lock:

@@ -9,6 +9,7 @@ from psycopg_pool import ConnectionPool
 
 from core import metrics
 from core.settings import Settings
+from index.builder import EVERYTHING, ShardSelection
 from index.embedder import Embedder
 from jobs.shard_servers import ShardFanout, ShardServerConfig, start_shard_servers
 from rerank.batching import BatchingReranker
@@ -40,11 +41,15 @@ def build_search_service(
         lambda model: spec.for_model(model).load(),
         on_batch=metrics.BATCH_SIZE.labels("embed").observe,
     )
+    fanout = shard_fanout(settings, pool, dim=embedder.dim, alias=alias)
     state = ServingState(
         model_name=settings.embedding_model,
         dim=embedder.dim,
         tokenizer=lexical_tokenizer(settings),
         prepare_model=query_embedders.prepare,
+        # Fanning out, this process keeps the manifest (the version's query model) and the
+        # catalog view, and no shard or delta: the shard servers hold those.
+        selection=EVERYTHING if fanout is None else ShardSelection.nothing(),
     )
     executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
     planner = planner_config(settings)
@@ -52,7 +57,6 @@ def build_search_service(
         state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
     )
     reranker = build_reranker(settings)
-    fanout = shard_fanout(settings, pool, dim=embedder.dim, alias=alias)
     watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
     config = SearchConfig(
         FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),

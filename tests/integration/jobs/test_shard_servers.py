@@ -1,7 +1,8 @@
 """Shard servers as Ray actors: for 200 queries on a flat index the fan-out gives the same ids
 and scores as in-process search, nothing outside the caller's ACL comes back (an oracle from
 the catalog), a delete and an ACL change are effective from the position the caller read, and
-a dead server degrades the answer."""
+a dead server degrades the answer; each server loads only its shard group (also after a fresh
+write and a swap) and the API that fans out loads no shard."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -27,9 +29,9 @@ from core.records import Acl, Hit
 from core.settings import Settings
 from jobs.rebuild_job import rebuild
 from jobs.runner import IngestRunner
-from jobs.shard_servers import ShardFanout, ShardQuery, start_shard_servers
+from jobs.shard_servers import Holding, ShardFanout, ShardQuery, start_shard_servers
 from retrieve.hybrid import HybridSearcher, StageLog, build_masks
-from retrieve.serving import ServingState
+from retrieve.serving import ServingIndex, ServingState
 from retrieve.watcher import IndexWatcher
 from tests import factories
 from wiring.index import lexical_tokenizer
@@ -239,7 +241,8 @@ def test_fanout_equals_in_process_and_never_leaks(
 def test_search_service_through_shard_servers_answers_as_in_process(
     corpus: dict[str, str], db_url: str, tmp_path: Path, ray_local: None, embedder
 ) -> None:  # type: ignore[no-untyped-def]
-    """``RAGLINE_INDEX__SHARD_SERVERS=2``: /v1/retrieve's service gives the in-process results."""
+    """``RAGLINE_INDEX__SHARD_SERVERS=2``: /v1/retrieve's service gives the in-process results
+    (ids and scores) for 200 requests, a third in each mode."""
     from retrieve.service import RetrieveRequest
     from wiring import build_search_service
 
@@ -252,7 +255,7 @@ def test_search_service_through_shard_servers_answers_as_in_process(
         assert remote.shards is not None and local.shards is None
         with psycopg.connect(db_url, autocommit=True) as conn:
             answered = 0
-            for n in range(30):
+            for n in range(200):
                 tenant, user = pick.choice(TENANTS), pick.choice(USERS)
                 acl = AclFilter(tenant, _readers(conn, tenant, user))
                 mode = ("hybrid", "dense", "lexical")[n % 3]
@@ -268,8 +271,121 @@ def test_search_service_through_shard_servers_answers_as_in_process(
                 assert np.allclose([r.score for r in got.results], [r.score for r in want.results], atol=1e-9)
                 for item in got.results:  # the second guard agrees: nothing the caller may not read
                     assert corpus[item.detail.external_id] == tenant
-            assert answered >= 10
+            assert answered >= 60
     finally:
         close_remote()
         close_local()
         pool.close()
+
+
+def _compare(fanout: ShardFanout, ref: Reference, conn: psycopg.Connection, n: int, seed: int) -> set[int]:
+    """``n`` random queries at the current position: the fan-out's lists equal the in-process
+    ones and pass the oracle; returns the chunk ids found."""
+    dim = ref.state.dim
+    rng, pick = np.random.default_rng(seed), random.Random(seed)
+    position = changes_repo.current_position(conn)
+    seen: set[int] = set()
+    for _ in range(n):
+        tenant, user = pick.choice(TENANTS), pick.choice(USERS)
+        vec = rng.standard_normal(dim).astype(np.float32)
+        query = ShardQuery(
+            acl=AclFilter(tenant, _readers(conn, tenant, user)),
+            position=position,
+            vector=vec / np.linalg.norm(vec),
+            text=" ".join(pick.sample(WORDS, 3)),
+            k=K,
+        )
+        got = fanout.search(query)
+        dense, lexical = ref.search(query)
+        assert got.degraded == [], got.degraded
+        assert _same(got.dense, dense) and _same(got.lexical, lexical), query
+        assert _allowed(conn, query.acl, got.dense + got.lexical), query.acl
+        seen |= {h.chunk_id for h in got.dense + got.lexical}
+    return seen
+
+
+def _holdings(servers: list[Any], version_id: str) -> list[Holding]:
+    """Each server's holding once all of them serve ``version_id`` (they follow the alias)."""
+    import ray
+
+    deadline = time.monotonic() + 60
+    while True:
+        held: list[Holding] = ray.get([s.holding.remote() for s in servers])
+        if all(h.version_id == version_id for h in held) or time.monotonic() > deadline:
+            return held
+        time.sleep(0.2)
+
+
+def test_each_server_loads_only_its_shard_group_and_the_api_none(
+    corpus: dict[str, str], db_url: str, tmp_path: Path, ray_local: None, embedder
+) -> None:  # type: ignore[no-untyped-def]
+    """Server i loads shards i, i+N, ... of each version (server 0 also the delta) and the API
+    that fans out loads none; a fresh write lands in server 0's delta only, a swap to a
+    3-shard version re-deals the groups, and the fan-out still equals in-process."""
+    from retrieve.service import RetrieveRequest
+    from wiring import build_search_service
+
+    ref = Reference(db_url, embedder.dim)
+    pool = ConnectionPool(db_url, min_size=1, max_size=4, open=True)
+    settings = Settings(
+        data_dir=tmp_path, index={"shards": N_SHARDS, "shard_servers": N_SERVERS, "poll_seconds": 0.5}
+    )
+    remote, close_remote = build_search_service(settings, pool, embedder, watch=False)
+    fanout = remote.shards
+    assert isinstance(fanout, ShardFanout)
+    try:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            first = ref.state.current.version_id
+            held = _holdings(fanout.servers, first)
+            assert [h.shards for h in held] == [(0, 2), (1, 3)]
+            assert [h.serves_delta for h in held] == [True, False]
+            assert _api_holds_nothing(remote.state.current, N_SHARDS)
+
+            # A document written after the build: only server 0 loads it (into its delta).
+            runner = IngestRunner(factories.runner(db_url, tmp_path, use_ray=False), lambda: embedder)
+            item = NewItem(
+                external_id="fresh", mime_type="text/plain", payload=b"vault signing keys fresh", acl=ACLS[0]
+            )
+            job = jobs_repo.create_job(conn, tenant_id="t1", kind="ingest", items=[item])
+            assert runner.run_job(job) == "succeeded"
+            assert _compare(fanout, ref, conn, 50, seed=11)
+            held = _holdings(fanout.servers, first)
+            assert held[0].delta_chunks > 0 and held[1].delta_chunks == 0
+            req = RetrieveRequest(query="vault signing keys fresh", top_k=K, max_context_tokens=0)
+            got = remote.retrieve(req, AclFilter("t1", frozenset({"user:bob"})))
+            assert "fresh" in {r.detail.external_id for r in got.results}
+            assert _api_holds_nothing(remote.state.current, N_SHARDS)
+
+            # A swap to a version with another shard count: each server loads its new group.
+            version = rebuild(db_url, factories.rebuild(tmp_path / "indexes", n_shards=3, force_kind="flat"))
+            with conn.transaction():
+                indexes.swap_alias(conn, alias="live", version_id=version)
+            assert ref.watcher.check_alias(conn) == version
+            assert remote.watcher.check_alias(conn) == version
+            held = _holdings(fanout.servers, version)
+            assert [h.version_id for h in held] == [version] * N_SERVERS
+            assert [h.shards for h in held] == [(0, 2), (1,)]
+            assert _api_holds_nothing(remote.state.current, 3)
+            assert _compare(fanout, ref, conn, 100, seed=12)
+            print(f"\nshard servers on version {version} (3 flat shards):")
+            for i, h in enumerate(held):
+                print(
+                    f"  server{i}: shards {h.shards}, delta {h.delta_chunks} chunks,"
+                    f" RSS {h.rss_bytes / 2**20:.0f} MiB"
+                )
+    finally:
+        close_remote()
+        pool.close()
+        ref.watcher.close()
+        ref.pool.close()
+
+
+def _api_holds_nothing(snap: ServingIndex, n_shards: int) -> bool:
+    """The fanning-out API's snapshot: the manifest (all shards listed) and no shard data."""
+    return (
+        snap.version is not None
+        and len(snap.version.manifest.shards) == n_shards
+        and snap.version.shards == ()
+        and snap.shard_doc_idx == ()
+        and snap.delta.size == 0
+    )
