@@ -41,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     gc.add_argument("--grace-seconds", type=int)
     gc.set_defaults(handler=_gc)
     cap = isub.add_parser("capacity", help="memory and disk for the current corpus, per index kind")
+    cap.add_argument(
+        "--shard-servers",
+        type=int,
+        help="RAM per server when N shard servers split the version"
+        " (default: index.shard_servers; 0 = in-process only)",
+    )
     add_json_flag(cap)
     cap.set_defaults(handler=_capacity)
     verify = isub.add_parser("verify", help="check files and reconcile counts with the catalog")
@@ -188,7 +194,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 def _capacity(args: argparse.Namespace) -> int:
     from catalog.maintenance import embedding_stats
-    from index.capacity import estimate_capacity, format_report
+    from index.capacity import estimate_capacity, format_report, format_share, split_across_servers
     from index.faiss_shards import choose_kind
 
     settings = get_settings()
@@ -211,18 +217,26 @@ def _capacity(args: argparse.Namespace) -> int:
 
     # One query model per served version: two while a model migration's swap is in progress.
     model_bytes = model_weight_bytes(resolve_model_path(settings.embedding_model))
+    n_servers = ix.shard_servers if args.shard_servers is None else args.shard_servers
+    if n_servers < 0:
+        print("--shard-servers must be >= 0", file=sys.stderr)
+        return 2
+    share = split_across_servers(report, n_shards=ix.shards, n_servers=n_servers) if n_servers else None
     if args.json:
         print_json(
             {
                 **asdict(report),
                 "query_model_bytes": model_bytes,
                 "migration_query_models_bytes": 2 * model_bytes,
+                "shard_servers": asdict(share) if share else None,
             }
         )
     else:
         print(format_report(report))
         mib = model_bytes / 2**20
         print(f"query model (RAM)  {mib:.1f} MiB; {2 * mib:.1f} MiB while a migration swaps models")
+        if share is not None:
+            print(format_share(share))
     return 0
 
 

@@ -131,6 +131,42 @@ def format_report(report: CapacityReport) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+@dataclass(frozen=True, slots=True)
+class ServerShare:
+    """A version's RAM split over ``n_servers`` shard servers (shards dealt by number: server i
+    holds shards i, i + N, ...). Shards are hash buckets of about equal size, so the busiest
+    server holds ``ceil(n_shards / n_servers)`` of them; a swap needs as much again on each
+    server (it loads its group of the new version before dropping the old). The API process
+    that fans out holds no shard, only the manifest, the catalog view and the query model."""
+
+    n_servers: int
+    n_shards: int
+    shards_per_server: int
+    server_ram_bytes: int
+    server_swap_extra_bytes: int
+
+
+def split_across_servers(report: CapacityReport, *, n_shards: int, n_servers: int) -> ServerShare:
+    """The busiest shard server's share of ``report`` when ``n_servers`` hold ``n_shards``."""
+    if n_shards < 1 or n_servers < 1:
+        raise ValueError(f"need at least one shard and one server, got {n_shards} and {n_servers}")
+    most = -(-n_shards // n_servers)
+    share = report.serve_ram_bytes * most // n_shards
+    return ServerShare(n_servers, n_shards, most, share, share)
+
+
+def format_share(share: ServerShare) -> str:
+    """Plain-text lines for a ``ServerShare``, in ``format_report``'s layout."""
+    rows = [
+        ("shard servers", f"{share.n_servers} ({share.n_shards} shards, <= {share.shards_per_server} each)"),
+        ("RAM per shard server", _human(share.server_ram_bytes)),
+        ("extra per server in a swap", _human(share.server_swap_extra_bytes)),
+        ("API process (fan-out)", "no shard: manifest, catalog view, query model"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt")
 
 

@@ -86,3 +86,7 @@ def test_index_list_and_show(cli_env: str, capsys: pytest.CaptureFixture[str]) -
     assert code == 1 and "no index version v-missing" in err
     code, out, _ = _run(capsys, "index", "capacity", "--json")
     assert code == 0 and json.loads(out)["n_vectors"] == 0
+    code, out, _ = _run(capsys, "index", "capacity", "--shard-servers", "2", "--json")
+    assert code == 0 and json.loads(out)["shard_servers"]["n_servers"] == 2
+    code, out, _ = _run(capsys, "index", "capacity", "--shard-servers", "2")
+    assert code == 0 and "RAM per shard server" in out
