@@ -249,6 +249,10 @@ def ray_results(
     # Every actor of a pool is up before work is handed out; otherwise the first actor to load
     # its model takes every batch of a short job and the other nodes idle.
     data_ctx.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
+    # An embed batch goes to an idle embed actor on the node that prepared it (its block is in
+    # that node's object store), so with prepare on every node embed is too; without it the
+    # first idle actor takes every batch whenever parsing is the slower stage.
+    data_ctx.execution_options.actor_locality_enabled = True
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx_ref = ctx
     # Enough blocks that every embed actor gets work, one job batch per block at most.
@@ -269,7 +273,10 @@ def ray_results(
     ds = ds.map_batches(
         _EmbedActor,
         fn_constructor_args=(_spec(ctx, embed_batch),),
-        batch_size=3 * ctx.batch_documents,  # ~30 chunks per encode call: fewer, fuller batches
+        # One prepared block per embed batch: a batch merged from blocks of several nodes has
+        # no one node to go to. Encoding per job batch costs nothing (docs/benchmarks.md,
+        # Ingestion: 1.02x of one call for all chunks).
+        batch_size=ctx.batch_documents,
         compute=ActorPoolStrategy(
             size=min(embed_actors, gpus) if gpus else embed_actors, max_tasks_in_flight_per_actor=1
         ),

@@ -211,11 +211,10 @@ def test_ingest_and_rebuild_run_on_both_nodes(cluster: Cluster, db_url: str, tmp
         assert job.documents_done == DOCS and job.chunks >= DOCS
         placement = job.params["placement"]
         # Two prepare actors and two embed actors cannot share a one-CPU node, so each node hosts
-        # both stages. Prepare work lands on both nodes; embed work lands on the cluster but not
-        # always on both: when parsing is the slower stage, Ray Data hands every batch to the
-        # first idle embed actor (seen in a CI check under load), so only its node is asserted.
+        # both stages. Prepare work lands on both nodes, and embed work follows each prepared
+        # block to its node's embed actor (actor locality, one block per embed batch).
         assert set(placement["prepare"]) == set(by_role.values()), placement
-        assert placement["embed"] and set(placement["embed"]) <= set(by_role.values()), placement
+        assert set(placement["embed"]) == set(by_role.values()), placement
 
     out = _ragline(cluster, db_url, data, "index", "rebuild", "--swap", "live")
     with psycopg.connect(db_url) as conn:
