@@ -96,7 +96,7 @@ class StateCollector(Collector):
             "Fraction of a shard's vectors hidden (deleted or superseded since the build).",
             labels=["shard"],
         )
-        for s in search.state.shard_stats():
+        for s in search.shard_stats():
             vectors.add_metric([str(s.shard)], float(s.vectors))
             hidden.add_metric([str(s.shard)], s.hidden_fraction)
         delta = GaugeMetricFamily("ragline_delta_chunks", "Chunks in the fresh-writes delta segment.")

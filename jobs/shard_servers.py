@@ -35,7 +35,7 @@ from index.builder import ShardSelection
 from index.tokenize import Tokenizer
 from retrieve.hybrid import HybridSearcher, PlannerConfig, StageLog, build_masks
 from retrieve.remote import RemoteLists
-from retrieve.serving import ServingState
+from retrieve.serving import ServingState, ShardStats
 from retrieve.watcher import IndexWatcher
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,9 @@ class ShardServer:
             rss_bytes(),
         )
 
+    def shard_stats(self) -> list[ShardStats]:
+        return self.state.shard_stats()
+
     def node_id(self) -> str:
         import ray
 
@@ -254,6 +257,18 @@ class ShardFanout:
     ) -> RemoteLists:
         got = self.search(ShardQuery(acl, position, vector, text, k))
         return RemoteLists(got.dense, got.lexical, got.degraded)
+
+    def shard_stats(self) -> list[ShardStats]:
+        """Each answering server's shards (a server that fails or times out is left out)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        refs = [s.shard_stats.remote() for s in self.servers]
+        found: list[ShardStats] = []
+        for ref in refs:
+            with contextlib.suppress(RayError, GetTimeoutError):
+                found.extend(ray.get(ref, timeout=self.timeout_s))
+        return sorted(found, key=lambda s: s.shard)
 
     def close(self) -> None:
         import ray

@@ -11,6 +11,7 @@ import numpy as np
 
 from authz.acl import AclFilter
 from core.records import Hit
+from retrieve.serving import ShardStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +25,7 @@ class RemoteShards(Protocol):
     def lists(
         self, *, acl: AclFilter, position: int, vector: np.ndarray | None, text: str | None, k: int
     ) -> RemoteLists: ...
+
+    def shard_stats(self) -> list[ShardStats]:
+        """Every server's shards of the version it serves (vectors, hidden), by shard number."""
+        ...

@@ -26,7 +26,7 @@ from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
 from retrieve.query_embedding import QueryEmbedders
 from retrieve.remote import RemoteShards
-from retrieve.serving import ServingIndex
+from retrieve.serving import ServingIndex, ShardStats
 from retrieve.watcher import IndexWatcher
 
 Mode = Literal["hybrid", "dense", "lexical"]
@@ -126,6 +126,11 @@ class SearchService:
     # --- the index behind it, for the health and admin routes ------------------------------
     def readiness(self) -> str:
         return self.watcher.readiness()
+
+    def shard_stats(self) -> list[ShardStats]:
+        """The serving version's shards: this process's, or the shard servers' when it fans out
+        (it holds none itself)."""
+        return self.state.shard_stats() if self.shards is None else self.shards.shard_stats()
 
     @property
     def last_swap_error(self) -> str | None:

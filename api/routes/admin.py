@@ -58,9 +58,7 @@ def status(request: Request, admin: AdminPrincipal, pool: PoolDep, settings: Set
             view_position=view.position,
             lag_positions=max(0, report.catalog_position - view.position),
             delta_chunks=snap.delta.size,
-            shards=[
-                ShardStatusOut.model_validate(s, from_attributes=True) for s in search.state.shard_stats()
-            ],
+            shards=[ShardStatusOut.model_validate(s, from_attributes=True) for s in search.shard_stats()],
         )
     return out
 

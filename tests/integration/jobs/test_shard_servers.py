@@ -340,6 +340,10 @@ def test_each_server_loads_only_its_shard_group_and_the_api_none(
             assert [h.shards for h in held] == [(0, 2), (1, 3)]
             assert [h.serves_delta for h in held] == [True, False]
             assert _api_holds_nothing(remote.state.current, N_SHARDS)
+            # Status and metrics still describe every shard: the servers are asked for theirs.
+            assert remote.state.shard_stats() == []
+            assert remote.shard_stats() == ref.state.shard_stats()
+            assert [s.shard for s in remote.shard_stats()] == list(range(N_SHARDS))
 
             # A document written after the build: only server 0 loads it (into its delta).
             runner = IngestRunner(factories.runner(db_url, tmp_path, use_ray=False), lambda: embedder)
@@ -365,6 +369,7 @@ def test_each_server_loads_only_its_shard_group_and_the_api_none(
             held = _holdings(fanout.servers, version)
             assert [h.version_id for h in held] == [version] * N_SERVERS
             assert [h.shards for h in held] == [(0, 2), (1,)]
+            assert remote.shard_stats() == ref.state.shard_stats()
             assert _api_holds_nothing(remote.state.current, 3)
             assert _compare(fanout, ref, conn, 100, seed=12)
             print(f"\nshard servers on version {version} (3 flat shards):")
