@@ -108,3 +108,19 @@ def test_prepare_batch_on_a_pool_fails_only_the_bad_document(pool: ParsePool) ->
     assert [type(o) for o in outcomes] == [Prepared, Failed, Prepared]
     failed = outcomes[1]
     assert isinstance(failed, Failed) and failed.code == "parse_crashed" and "SIGSEGV" in failed.message
+
+
+def test_the_settings_choose_the_parser() -> None:
+    from core.settings import Settings
+    from ingest.parse_pool import make_parser
+    from wiring.ingest import isolation_config
+
+    config = isolation_config(Settings())
+    assert config.enabled and config.workers == 1 and config.memory_mb == 1024  # isolated by default
+    off = isolation_config(Settings(ingest={"isolate_parsing": False}))  # type: ignore[arg-type]
+    assert isinstance(make_parser(off), InProcessParser)
+    pool = make_parser(isolation_config(Settings(ingest={"parse_workers": 2})))  # type: ignore[arg-type]
+    try:
+        assert isinstance(pool, ParsePool) and len(pool.worker_pids()) == 2
+    finally:
+        pool.close()
