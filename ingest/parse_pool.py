@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -61,7 +62,7 @@ class _Running:
 
 
 class ParsePool:
-    """``workers`` rlimit'd parse processes. Not thread-safe: one caller at a time.
+    """``workers`` rlimit'd parse processes; concurrent callers take turns.
 
     ``target`` (``module:function``) is what a worker runs per document; the default is the
     real parser, fault-injection tests name one of their own.
@@ -80,6 +81,7 @@ class ParsePool:
         self.max_documents = max_documents
         self.target = target
         self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
         self.replaced = 0  # workers that died, were killed or were recycled
 
     def start(self) -> None:
@@ -88,15 +90,20 @@ class ParsePool:
             self._idle.append(self._spawn())
 
     def close(self) -> None:
-        for worker in self._idle:
-            _stop(worker)
-        self._idle.clear()
+        with self._lock:
+            for worker in self._idle:
+                _stop(worker)
+            self._idle.clear()
 
     def worker_pids(self) -> list[int]:
         return [w.process.pid for w in self._idle]
 
     def parse_all(self, requests: Sequence[ParseRequest]) -> list[ParsedDocument | ParseError]:
         """Parse every request on the pool's workers; one answer per request, in order."""
+        with self._lock:
+            return self._parse_all(requests)
+
+    def _parse_all(self, requests: Sequence[ParseRequest]) -> list[ParsedDocument | ParseError]:
         results: list[ParsedDocument | ParseError | None] = [None] * len(requests)
         queue = deque(range(len(requests)))
         running: list[_Running] = []
