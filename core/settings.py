@@ -62,8 +62,8 @@ class IngestSettings(Section):
     # A staged upload no queued or running job needs is deleted by the maintenance tick
     # once this old (an upload being staged has no job yet).
     upload_gc_grace_seconds: int = Field(3600, ge=0)
-    # Per-document limits: more leaf chunks, or a longer parse + chunk, fails that document
-    # (too_many_chunks, parse_timeout) instead of holding its job.
+    # Per-document limits: more leaf chunks, or a parse or a chunking longer than the timeout
+    # (each), fails that document (too_many_chunks, parse_timeout) instead of holding its job.
     max_chunks_per_document: int = Field(4096, ge=1)
     parse_timeout_seconds: float = Field(120.0, gt=0)
     # Parsing runs in worker processes (ingest/parse_pool.py) under rlimits: a worker may
