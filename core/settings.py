@@ -62,10 +62,16 @@ class IngestSettings(Section):
     # A staged upload no queued or running job needs is deleted by the maintenance tick
     # once this old (an upload being staged has no job yet).
     upload_gc_grace_seconds: int = Field(3600, ge=0)
-    # Per-document limits: more leaf chunks, or a longer parse + chunk, fails that document
-    # (too_many_chunks, parse_timeout) instead of holding its job.
+    # Per-document limits: more leaf chunks, or a parse or a chunking longer than the timeout
+    # (each), fails that document (too_many_chunks, parse_timeout) instead of holding its job.
     max_chunks_per_document: int = Field(4096, ge=1)
     parse_timeout_seconds: float = Field(120.0, gt=0)
+    # Parsing runs in worker processes (ingest/parse_pool.py) under rlimits: a worker may
+    # allocate parse_memory_mb above its idle size (past it: parse_memory_limit), and one
+    # stuck past the parse timeout is killed (parse_timeout); a crash is parse_crashed.
+    isolate_parsing: bool = True
+    parse_workers: int = Field(1, ge=1, le=64)  # per pool: the runner's, and each Ray prepare actor's
+    parse_memory_mb: int = Field(1024, ge=64)
     chunk_tokens: int = Field(256, ge=16, le=8192)
     chunk_overlap: int = Field(32, ge=0)
     embed_batch_size: int = Field(32, ge=1, le=4096)

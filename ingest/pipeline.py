@@ -11,12 +11,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core.errors import ParseError
-from core.records import Chunk, Embedded, Failed, ItemRef, Outcome, Prepared, SourceDocument, Unchanged
+from core.records import (
+    Chunk,
+    Embedded,
+    Failed,
+    ItemRef,
+    Outcome,
+    ParsedDocument,
+    Prepared,
+    SourceDocument,
+    Unchanged,
+)
 from index.embedder import Embedder
 from ingest.chunking import chunk_document
 from ingest.hashing import chunk_id, content_hash
+from ingest.isolation import InProcessParser, Parser, ParseRequest
 from ingest.limits import parse_deadline
-from ingest.parse import parse_document
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +59,17 @@ def hash_source(source: SourceDocument, config: ChunkingConfig) -> str:
     return content_hash(data, source.title, chunking)
 
 
+@dataclass(frozen=True, slots=True)
+class PrepareRequest:
+    """One item to prepare: ``current`` is (doc_id, version) of the live version whose
+    content hash is ``current_hash``."""
+
+    ref: ItemRef
+    source: SourceDocument
+    current_hash: str | None = None
+    current: tuple[int, int] | None = None
+
+
 def prepare(
     ref: ItemRef,
     source: SourceDocument,
@@ -57,18 +78,57 @@ def prepare(
     current: tuple[int, int] | None,
     count_tokens: Callable[[str], int],
     config: ChunkingConfig,
+    parser: Parser | None = None,
 ) -> Outcome:
-    """Hash, then parse and chunk unless the content is unchanged. Never raises for bad input.
+    """Hash, then parse and chunk unless the content is unchanged. Never raises for bad input."""
+    request = PrepareRequest(ref, source, current_hash, current)
+    return prepare_batch([request], count_tokens=count_tokens, config=config, parser=parser)[0]
 
-    ``current`` is (doc_id, version) of the live version whose hash is ``current_hash``.
+
+def prepare_batch(
+    requests: Sequence[PrepareRequest],
+    *,
+    count_tokens: Callable[[str], int],
+    config: ChunkingConfig,
+    parser: Parser | None = None,
+) -> list[Outcome]:
+    """``prepare`` for a batch: the changed documents are parsed together (side by side on a
+    ``ParsePool``; in this process without one), then chunked here one by one.
+
+    Parsing and chunking each get ``config.parse_timeout_seconds``.
     """
-    digest = hash_source(source, config)
-    if current is not None and current_hash == digest:
-        return Unchanged(ref, current[0], current[1])
+    digests = [hash_source(r.source, config) for r in requests]
+    changed = [i for i, (r, d) in enumerate(zip(requests, digests, strict=True)) if _unchanged(r, d) is None]
+    max_chars = config.max_chunks * config.chunk_tokens * _MAX_CHARS_PER_TOKEN
+    parse_requests = [
+        ParseRequest(requests[i].source, config.parse_timeout_seconds, max_chars) for i in changed
+    ]
+    parsed = dict(zip(changed, (parser or InProcessParser()).parse_all(parse_requests), strict=True))
+    outcomes: list[Outcome] = []
+    for i, (request, digest) in enumerate(zip(requests, digests, strict=True)):
+        unchanged = _unchanged(request, digest)
+        outcomes.append(unchanged or _chunk(request, digest, parsed[i], count_tokens, config))
+    return outcomes
+
+
+def _unchanged(request: PrepareRequest, digest: str) -> Unchanged | None:
+    if request.current is None or request.current_hash != digest:
+        return None
+    return Unchanged(request.ref, request.current[0], request.current[1])
+
+
+def _chunk(
+    request: PrepareRequest,
+    digest: str,
+    parsed: ParsedDocument | ParseError,
+    count_tokens: Callable[[str], int],
+    config: ChunkingConfig,
+) -> Outcome:
+    ref, source = request.ref, request.source
     try:
+        if isinstance(parsed, ParseError):
+            raise parsed
         with parse_deadline(config.parse_timeout_seconds):
-            parsed = parse_document(source)
-            _check_size(parsed.text, config)
             chunks = chunk_document(
                 parsed,
                 tenant_id=source.tenant_id,
@@ -86,7 +146,7 @@ def prepare(
             )
     except ParseError as exc:
         return Failed(ref, exc.code, exc.message)
-    except Exception as exc:  # a parser bug must fail one document, not the job
+    except Exception as exc:  # a chunker bug must fail one document, not the job
         log.exception("unexpected failure preparing item %s", ref.item_no)
         return Failed(ref, "internal_error", type(exc).__name__)
     if not any(c.level == 0 for c in chunks):
@@ -99,14 +159,6 @@ def prepare(
 # No token is longer than this many characters on average: text beyond
 # max_chunks * chunk_tokens * this is too many chunks without chunking it first.
 _MAX_CHARS_PER_TOKEN = 32
-
-
-def _check_size(text: str, config: ChunkingConfig) -> None:
-    if len(text) > config.max_chunks * config.chunk_tokens * _MAX_CHARS_PER_TOKEN:
-        raise ParseError(
-            f"the document's {len(text)} characters exceed the limit of {config.max_chunks} chunks",
-            code="too_many_chunks",
-        )
 
 
 def embed(batch: Sequence[Prepared], embedder: Embedder) -> list[Embedded]:

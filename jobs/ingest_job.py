@@ -21,11 +21,14 @@ import psycopg
 
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
+from catalog.documents import DocumentRow
 from catalog.jobs import ItemRow
 from core.errors import ParseError
 from core.records import Committable, Embedded, Failed, ItemRef, Outcome, Prepared, Unchanged
 from index.embedder import Embedder, EmbeddingSpec
-from ingest.pipeline import ChunkingConfig, embed, prepare
+from ingest.isolation import IsolationConfig, Parser
+from ingest.parse_pool import make_parser
+from ingest.pipeline import ChunkingConfig, PrepareRequest, embed, prepare_batch
 from jobs.commit import commit
 from jobs.dual_write import DualWriter
 from jobs.sources import load_source, read_path
@@ -46,31 +49,41 @@ class JobContext:
     batch_documents: int
     embedding: EmbeddingSpec
     upload_dir: Path | None  # staged uploads of finished items are removed from here
+    isolation: IsolationConfig  # how the prepare stage parses (rlimit'd worker processes)
 
 
-def prepare_item(
-    conn: psycopg.Connection, ctx: JobContext, item: ItemRow, count_tokens: Callable[[str], int]
-) -> Outcome:
-    ref = ItemRef(item.job_id, item.item_no)
-    try:
-        source = load_source(conn, tenant_id=ctx.tenant_id, item=item)
-    except ParseError as exc:
-        return Failed(ref, exc.code, exc.message)
-    doc = docs_repo.get_document(conn, tenant_id=ctx.tenant_id, external_id=item.external_id)
-    live = doc is not None and doc.state == "active" and doc.current_version is not None
-    current = (doc.doc_id, doc.current_version) if live and doc and doc.current_version else None
-    outcome = prepare(
-        ref,
-        source,
-        current_hash=doc.content_hash if doc else None,
-        current=current,
-        count_tokens=count_tokens,
-        config=ctx.chunking,
-    )
-    if isinstance(outcome, Unchanged) and doc is not None:
-        docs_repo.update_acl_if_changed(conn, doc=doc, acl=source.acl)
-        conn.commit()
-    return outcome
+def prepare_items(
+    conn: psycopg.Connection,
+    ctx: JobContext,
+    items: Sequence[ItemRow],
+    count_tokens: Callable[[str], int],
+    parser: Parser,
+) -> list[Outcome]:
+    """Load, hash, parse (a batch at a time on ``parser``) and chunk the items, in order."""
+    outcomes: dict[int, Outcome] = {}
+    requests: list[PrepareRequest] = []
+    live: dict[int, DocumentRow] = {}
+    for item in items:
+        ref = ItemRef(item.job_id, item.item_no)
+        try:
+            source = load_source(conn, tenant_id=ctx.tenant_id, item=item)
+        except ParseError as exc:
+            outcomes[item.item_no] = Failed(ref, exc.code, exc.message)
+            continue
+        doc = docs_repo.get_document(conn, tenant_id=ctx.tenant_id, external_id=item.external_id)
+        active = doc is not None and doc.state == "active" and doc.current_version is not None
+        current = (doc.doc_id, doc.current_version) if active and doc and doc.current_version else None
+        if doc is not None:
+            live[item.item_no] = doc
+        requests.append(PrepareRequest(ref, source, doc.content_hash if doc else None, current))
+    prepared = prepare_batch(requests, count_tokens=count_tokens, config=ctx.chunking, parser=parser)
+    for request, outcome in zip(requests, prepared, strict=True):
+        doc = live.get(request.ref.item_no)
+        if isinstance(outcome, Unchanged) and doc is not None:
+            docs_repo.update_acl_if_changed(conn, doc=doc, acl=request.source.acl)
+            conn.commit()
+        outcomes[request.ref.item_no] = outcome
+    return [outcomes[item.item_no] for item in items]
 
 
 def _embed_outcomes(outcomes: Sequence[Outcome], embedder: Embedder) -> list[Committable]:
@@ -112,14 +125,15 @@ def run_inline(
     conn: psycopg.Connection,
     ctx: JobContext,
     embedder: Embedder,
+    parser: Parser,
     on_progress: Callable[[int, int], None] | None = None,
     dual: DualWriter | None = None,
 ) -> None:
-    """The fast path for small pushes: every stage in this process."""
+    """The fast path for small pushes: every stage in this process (parsing on ``parser``)."""
     pending = jobs_repo.items(conn, job_id=ctx.job_id, state="pending")
     for start in range(0, len(pending), ctx.batch_documents):
         batch = pending[start : start + ctx.batch_documents]
-        outcomes = [prepare_item(conn, ctx, item, embedder.count_tokens) for item in batch]
+        outcomes = prepare_items(conn, ctx, batch, embedder.count_tokens, parser)
         chunks = _commit_all(conn, ctx, _embed_outcomes(outcomes, embedder), dual)
         if on_progress:
             on_progress(len(batch), chunks)
@@ -155,7 +169,11 @@ def _node_id() -> str:
 
 
 class _PrepareActor:
-    """Reads payloads and parses/chunks; counts tokens with the embedding model's tokenizer."""
+    """Reads payloads and parses/chunks; counts tokens with the embedding model's tokenizer.
+
+    Parsing runs on the actor's own small pool of rlimit'd workers (``ctx.isolation``); they
+    end with the actor (their pipes close when it exits).
+    """
 
     def __init__(self, ctx: JobContext, model_path: str) -> None:
         from transformers import AutoTokenizer
@@ -164,19 +182,22 @@ class _PrepareActor:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.conn = psycopg.connect(ctx.conninfo, autocommit=True)
         self.node = _node_id()
+        self.parser = make_parser(ctx.isolation)
 
     def _count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         by_no = {i.item_no: i for i in jobs_repo.items(self.conn, job_id=self.ctx.job_id, state="pending")}
-        blobs = []
-        for no in batch["item_no"]:
-            item = by_no.get(int(no))
-            if item is None:  # finished meanwhile (resume racing); nothing to do
-                blobs.append(pickle.dumps(None))
-                continue
-            blobs.append(pickle.dumps(prepare_item(self.conn, self.ctx, item, self._count)))
+        # An item finished meanwhile (resume racing) has nothing to do: None.
+        items = [by_no[int(no)] for no in batch["item_no"] if int(no) in by_no]
+        done = {
+            item.item_no: outcome
+            for item, outcome in zip(
+                items, prepare_items(self.conn, self.ctx, items, self._count, self.parser), strict=True
+            )
+        }
+        blobs = [pickle.dumps(done.get(int(no))) for no in batch["item_no"]]
         return {"item_no": batch["item_no"], "blob": blobs, "prepare_node": [self.node] * len(blobs)}
 
 

@@ -22,6 +22,8 @@ import psycopg
 
 from catalog import jobs as jobs_repo
 from index.embedder import Embedder, EmbeddingSpec
+from ingest.isolation import IsolationConfig, Parser
+from ingest.parse_pool import make_parser
 from ingest.pipeline import ChunkingConfig
 from jobs.dual_write import DualWriter
 from jobs.ingest_job import Cancelled, JobContext, run_inline, run_on_ray
@@ -46,6 +48,7 @@ class RunnerConfig:
     embedding: EmbeddingSpec  # how Ray actors build their embedder
     lease_seconds: float  # a running job silent for this long is taken over
     alias: str  # the serving alias: its versions' models get vectors too (dual write)
+    isolation: IsolationConfig  # parse workers: in-process or rlimit'd processes
     batch_documents: int = 8  # documents per commit batch; not a setting
 
 
@@ -54,6 +57,7 @@ class IngestRunner:
         self.config = config
         self._embedder_factory = embedder_factory
         self._embedder: Embedder | None = None
+        self._parser: Parser | None = None
         self.dual = DualWriter(
             alias=config.alias,
             base_model=config.model_name,
@@ -72,6 +76,13 @@ class IngestRunner:
         if self._embedder is None:
             self._embedder = self._embedder_factory()
         return self._embedder
+
+    @property
+    def parser(self) -> Parser:
+        """The inline path's parser, started on first use (its workers live until ``close``)."""
+        if self._parser is None:
+            self._parser = make_parser(self.config.isolation)
+        return self._parser
 
     def start(self, *, resume: bool = True) -> None:
         self._thread = threading.Thread(target=self._loop, name="ingest-runner", daemon=True)
@@ -103,6 +114,9 @@ class IngestRunner:
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout=30)
+        if self._parser is not None:
+            self._parser.close()
+            self._parser = None
 
     def _loop(self) -> None:
         while True:
@@ -145,6 +159,7 @@ class IngestRunner:
                 batch_documents=self.config.batch_documents,
                 embedding=self.config.embedding,
                 upload_dir=self.config.upload_dir,
+                isolation=self.config.isolation,
             )
             error = None
             try:
@@ -168,7 +183,7 @@ class IngestRunner:
     ) -> None:
         pending = len(jobs_repo.items(conn, job_id=ctx.job_id, state="pending"))
         if not self.config.use_ray or pending <= self.config.inline_max_documents:
-            run_inline(conn, ctx, self.embedder, on_progress, self.dual)
+            run_inline(conn, ctx, self.embedder, self.parser, on_progress, self.dual)
             return
         ensure_ray(address=self.config.ray_address, data_dir=self.config.data_dir)
         run_on_ray(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core.settings import Settings
 from index.embedder import Embedder
+from ingest.isolation import IsolationConfig
 from ingest.pipeline import ChunkingConfig
 from jobs.runner import IngestRunner, RunnerConfig
 from wiring.embedding import embedding_spec
@@ -17,6 +18,13 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
         overlap_tokens=ing.chunk_overlap,
         max_chunks=ing.max_chunks_per_document,
         parse_timeout_seconds=ing.parse_timeout_seconds,
+    )
+
+
+def isolation_config(settings: Settings) -> IsolationConfig:
+    ing = settings.ingest
+    return IsolationConfig(
+        enabled=ing.isolate_parsing, workers=ing.parse_workers, memory_mb=ing.parse_memory_mb
     )
 
 
@@ -36,6 +44,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         embedding=embedding_spec(settings),
         lease_seconds=settings.ingest.job_lease_seconds,
         alias=LIVE_ALIAS,
+        isolation=isolation_config(settings),
     )
 
 

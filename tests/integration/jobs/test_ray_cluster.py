@@ -246,6 +246,7 @@ def test_files_named_by_path_are_staged_so_no_node_needs_the_drivers_disk(
         batch_documents=8,
         embedding=config.embedding,
         upload_dir=None,
+        isolation=config.isolation,
     )
     assert stage_paths(conn, ctx, config.model_name) == 1
     present.unlink()  # a cluster node would not have it either
