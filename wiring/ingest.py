@@ -36,6 +36,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         embedding=embedding_spec(settings),
         lease_seconds=settings.ingest.job_lease_seconds,
         alias=LIVE_ALIAS,
+        concurrent_jobs=settings.ingest.concurrent_jobs,
     )
 
 
