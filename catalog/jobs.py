@@ -379,7 +379,8 @@ def finish_job(conn: psycopg.Connection, *, job_id: uuid.UUID, error: str | None
     if row is None:
         raise LookupError(f"job {job_id} not found")
     cancelled, total, failed, pending = row
-    if cancelled:
+    # A cancel that came after the last item was written cancelled nothing: say what happened.
+    if cancelled and pending > 0:
         # Cancelled items keep their payload: ``reopen_job`` (resume) can still run them.
         conn.execute(
             "UPDATE job_items SET state = 'cancelled' WHERE job_id = %s AND state = 'pending'", (job_id,)

@@ -341,3 +341,13 @@ def test_cancel_on_the_ray_path_commits_nothing_after_the_cancel(
         assert len(done) == committed[0] and {i.state for i in items} == {"succeeded", "cancelled"}
         _assert_consistent(conn, "rayco", done)
         _assert_counts_honest(conn, job_id)
+
+
+def test_a_cancel_after_the_last_item_cancelled_nothing(db_url: str) -> None:
+    # The issue: a fully indexed job was shown ``cancelled``; it ends as what it did.
+    job_id = _job(db_url, "acme", [("x", "x")])
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert jobs_repo.claim_next(conn, owner="w1", lease_seconds=60) == job_id
+        assert jobs_repo.finish_item(conn, job_id=job_id, item_no=0, state="succeeded", chunks=1)
+        jobs_repo.request_cancel(conn, job_id=job_id, tenant_id="acme")
+        assert jobs_repo.finish_job(conn, job_id=job_id) == "succeeded"
