@@ -281,13 +281,19 @@ _CLAIM_LOCK = 0x7267636C61696D
 
 
 def claim_next(
-    conn: psycopg.Connection, *, owner: str, lease_seconds: float, kind: str = "ingest"
+    conn: psycopg.Connection,
+    *,
+    owner: str,
+    lease_seconds: float,
+    kind: str = "ingest",
+    exclude: Sequence[uuid.UUID] = (),
 ) -> uuid.UUID | None:
     """Claim the next job to run fairly: at most one running job per tenant.
 
     The oldest queued job (or orphaned running job, its lease expired) of a tenant that has
     no live running job becomes ours, so one tenant's huge job only delays that tenant.
     Cancel-requested orphans come first: settling them is instant and unblocks their tenant.
+    ``exclude``: jobs the caller's process is running (a slow batch is not an orphan to it).
     """
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
@@ -296,9 +302,11 @@ def claim_next(
             "  OR (j.state = 'running' AND j.heartbeat_at < now() - make_interval(secs => %(lease)s)))"
             " AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.kind = j.kind AND r.tenant_id = j.tenant_id"
             "  AND r.job_id <> j.job_id AND r.state = 'running'"
-            "  AND r.heartbeat_at >= now() - make_interval(secs => %(lease)s))"
+            "  AND (r.heartbeat_at >= now() - make_interval(secs => %(lease)s)"
+            "       OR r.job_id = ANY(%(exclude)s::uuid[])))"
+            " AND NOT (j.job_id = ANY(%(exclude)s::uuid[]))"
             " ORDER BY j.cancel_requested DESC, j.created_at LIMIT 1 FOR UPDATE OF j SKIP LOCKED",
-            {"kind": kind, "lease": lease_seconds},
+            {"kind": kind, "lease": lease_seconds, "exclude": list(exclude)},
         ).fetchone()
         if row is None:
             return None

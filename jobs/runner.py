@@ -79,6 +79,8 @@ class IngestRunner:
         self._idle = threading.Event()
         self._idle.set()
         self._ray_slot = threading.Lock()
+        self._running: set[uuid.UUID] = set()  # jobs our workers run: never "orphans" to us
+        self._claim_lock = threading.Lock()  # guards _running; apart from _wake, so submit never waits on SQL
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         # Called with (connection, job id, final state) after a job finishes (the metrics hook).
         self.on_finished: Callable[[psycopg.Connection, uuid.UUID, str], None] | None = None
@@ -149,10 +151,22 @@ class IngestRunner:
 
     def _run_next(self) -> bool:
         with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
-            job_id = jobs_repo.claim_next(conn, owner=self.owner, lease_seconds=self.config.lease_seconds)
-            if job_id is None:
-                return False
-            self._run_claimed(conn, job_id, None)
+            # One claim at a time in this process, so the running set is exact when excluded.
+            with self._claim_lock:
+                job_id = jobs_repo.claim_next(
+                    conn,
+                    owner=self.owner,
+                    lease_seconds=self.config.lease_seconds,
+                    exclude=list(self._running),
+                )
+                if job_id is None:
+                    return False
+                self._running.add(job_id)
+            try:
+                self._run_claimed(conn, job_id, None)
+            finally:
+                with self._claim_lock:
+                    self._running.discard(job_id)
             return True
 
     def run_job(

@@ -273,6 +273,8 @@ def test_claims_are_fair_one_running_job_per_tenant(db_url: str) -> None:
         # w2 died: once its lease ran out, its job is taken over (and its tenant not blocked).
         conn.execute("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE job_id = %s", (b1,))
         b2 = _job(db_url, "tb", [("q", "q")])
+        # The process running b1 (a slow batch, not dead) neither takes it over nor starts b2.
+        assert jobs_repo.claim_next(conn, owner="w2", lease_seconds=60, exclude=[b1]) is None
         assert claim("w4") == b1
         assert jobs_repo.renew_lease(conn, job_id=b1, owner="w2") == "lost"
         assert claim("w5") is None  # b2 waits for b1's new owner
