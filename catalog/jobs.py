@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg.rows import class_row, kwargs_row
@@ -275,22 +275,68 @@ def claim_job(
     return cur.rowcount == 1
 
 
-def orphaned_jobs(conn: psycopg.Connection, *, kind: str = "ingest", lease_seconds: float) -> list[uuid.UUID]:
-    """Queued jobs nobody runs yet and running jobs whose owner stopped heartbeating."""
-    rows = conn.execute(
-        "SELECT job_id FROM jobs WHERE kind = %s AND (state = 'queued' OR (state = 'running'"
-        " AND heartbeat_at < now() - make_interval(secs => %s))) ORDER BY created_at",
-        (kind, lease_seconds),
-    ).fetchall()
-    return [r[0] for r in rows]
+# Serialises claims across processes and replicas: "the tenant has no running job" and the
+# claim that makes one running must be one step, or two replicas could each start one.
+_CLAIM_LOCK = 0x7267636C61696D
 
 
-def heartbeat(conn: psycopg.Connection, *, job_id: uuid.UUID) -> bool:
-    """Refresh the lease; returns whether a cancel was requested."""
+def claim_next(
+    conn: psycopg.Connection,
+    *,
+    owner: str,
+    lease_seconds: float,
+    kind: str = "ingest",
+    exclude: Sequence[uuid.UUID] = (),
+) -> uuid.UUID | None:
+    """Claim the next job to run fairly: at most one running job per tenant.
+
+    The oldest queued job (or orphaned running job, its lease expired) of a tenant that has
+    no live running job becomes ours, so one tenant's huge job only delays that tenant.
+    Cancel-requested orphans come first: settling them is instant and unblocks their tenant.
+    ``exclude``: jobs the caller's process is running (a slow batch is not an orphan to it).
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_CLAIM_LOCK,))
+        row = conn.execute(
+            "SELECT j.job_id FROM jobs j WHERE j.kind = %(kind)s AND (j.state = 'queued'"
+            "  OR (j.state = 'running' AND j.heartbeat_at < now() - make_interval(secs => %(lease)s)))"
+            " AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.kind = j.kind AND r.tenant_id = j.tenant_id"
+            "  AND r.job_id <> j.job_id AND r.state = 'running'"
+            "  AND (r.heartbeat_at >= now() - make_interval(secs => %(lease)s)"
+            "       OR r.job_id = ANY(%(exclude)s::uuid[])))"
+            " AND NOT (j.job_id = ANY(%(exclude)s::uuid[]))"
+            " ORDER BY j.cancel_requested DESC, j.created_at LIMIT 1 FOR UPDATE OF j SKIP LOCKED",
+            {"kind": kind, "lease": lease_seconds, "exclude": list(exclude)},
+        ).fetchone()
+        if row is None:
+            return None
+        conn.execute(
+            "UPDATE jobs SET state = 'running', owner = %s, heartbeat_at = now(),"
+            " started_at = coalesce(started_at, now()), updated_at = now() WHERE job_id = %s",
+            (owner, row[0]),
+        )
+        job_id: uuid.UUID = row[0]
+        return job_id
+
+
+Lease = Literal["held", "cancel", "lost"]
+
+
+def renew_lease(conn: psycopg.Connection, *, job_id: uuid.UUID, owner: str) -> Lease:
+    """Refresh our lease on a running job and say whether to go on.
+
+    ``cancel``: a cancel was requested; ``lost``: the job is no longer ours (an operator's
+    ``jobs resume --force`` or a takeover after our lease ran out), so we must stop without
+    settling it.
+    """
     row = conn.execute(
-        "UPDATE jobs SET heartbeat_at = now() WHERE job_id = %s RETURNING cancel_requested", (job_id,)
+        "UPDATE jobs SET heartbeat_at = now() WHERE job_id = %s AND owner = %s AND state = 'running'"
+        " RETURNING cancel_requested",
+        (job_id, owner),
     ).fetchone()
-    return bool(row and row[0])
+    if row is None:
+        return "lost"
+    return "cancel" if row[0] else "held"
 
 
 def finish_item(
@@ -341,7 +387,8 @@ def finish_job(conn: psycopg.Connection, *, job_id: uuid.UUID, error: str | None
     if row is None:
         raise LookupError(f"job {job_id} not found")
     cancelled, total, failed, pending = row
-    if cancelled:
+    # A cancel that came after the last item was written cancelled nothing: say what happened.
+    if cancelled and pending > 0:
         # Cancelled items keep their payload: ``reopen_job`` (resume) can still run them.
         conn.execute(
             "UPDATE job_items SET state = 'cancelled' WHERE job_id = %s AND state = 'pending'", (job_id,)
@@ -375,14 +422,6 @@ def request_cancel(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: st
         (job_id,),
     )
     return get_job(conn, job_id=job_id, tenant_id=tenant_id)
-
-
-def unfinished_jobs(conn: psycopg.Connection, *, kind: str = "ingest") -> list[uuid.UUID]:
-    rows = conn.execute(
-        "SELECT job_id FROM jobs WHERE kind = %s AND state IN ('queued', 'running') ORDER BY created_at",
-        (kind,),
-    ).fetchall()
-    return [r[0] for r in rows]
 
 
 def count_by_state(conn: psycopg.Connection) -> dict[tuple[str, str], int]:

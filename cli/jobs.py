@@ -238,7 +238,8 @@ def _jobs_resume(args: argparse.Namespace) -> int:
         print(state or "not resumable (finished, or held by a live worker)")
         return 0 if state else 1
     runner = make_runner(settings, _url(settings))
-    progress = Progress(0)
+    # The whole job's count, starting where earlier runs stopped; rate and ETA are this run's.
+    progress = Progress(job.documents_total, done=job.documents_done) if job is not None else Progress(0)
     try:
         state = runner.run_job(args.job_id, on_progress=progress, force=True)
     finally:

@@ -78,6 +78,9 @@ class IngestSettings(Section):
     inline_max_documents: int = Field(8, ge=0)
     # A running job whose heartbeat is older than this belongs to a dead process: another takes it over.
     job_lease_seconds: float = Field(60.0, ge=1.0)
+    # Jobs a runner (one per server or CLI process) runs at once, at most one per tenant, so one
+    # tenant's huge job does not queue the others behind it.
+    concurrent_jobs: int = Field(2, ge=1, le=64)
     workers: int = Field(2, ge=1, le=256)
     # Ray parse/chunk actors; raise it on a cluster so parsing spreads over the nodes.
     prepare_workers: int = Field(1, ge=1, le=256)

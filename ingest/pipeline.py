@@ -10,6 +10,8 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from core.errors import ParseError
 from core.records import (
     Chunk,
@@ -161,10 +163,27 @@ def _chunk(
 _MAX_CHARS_PER_TOKEN = 32
 
 
-def embed(batch: Sequence[Prepared], embedder: Embedder) -> list[Embedded]:
-    """One encode call for every leaf chunk of the batch, split back per document."""
+def embed(
+    batch: Sequence[Prepared],
+    embedder: Embedder,
+    *,
+    batch_size: int | None = None,
+    before_batch: Callable[[], None] | None = None,
+) -> list[Embedded]:
+    """Encode every leaf chunk of the batch, split back per document.
+
+    With ``batch_size`` the texts go to the model in slices of that many, and
+    ``before_batch`` runs before each slice: it may raise to stop (a cancelled job) so a huge
+    document stops within one slice instead of after all its chunks.
+    """
     texts = [c.embedding_text for p in batch for c in p.chunks if c.level == 0]
-    vectors = embedder.embed(texts)
+    step = batch_size or max(1, len(texts))
+    parts = []
+    for start in range(0, len(texts), step):
+        if before_batch is not None:
+            before_batch()
+        parts.append(embedder.embed(texts[start : start + step]))
+    vectors = np.concatenate(parts) if parts else embedder.embed([])
     out, start = [], 0
     for p in batch:
         n = sum(1 for c in p.chunks if c.level == 0)

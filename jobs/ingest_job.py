@@ -50,6 +50,10 @@ class JobContext:
     embedding: EmbeddingSpec
     upload_dir: Path | None  # staged uploads of finished items are removed from here
     isolation: IsolationConfig  # how the prepare stage parses (rlimit'd worker processes)
+    # Who holds the job's lease (the runner's id); the lease is renewed, and a cancel seen,
+    # between documents and between embedding batches. None: nobody checks (tests of stages).
+    owner: str | None = None
+    embed_batch: int | None = None  # texts per encode call; None = one call per commit batch
 
 
 def prepare_items(
@@ -86,14 +90,36 @@ def prepare_items(
     return [outcomes[item.item_no] for item in items]
 
 
-def _embed_outcomes(outcomes: Sequence[Outcome], embedder: Embedder) -> list[Committable]:
-    ready = [o for o in outcomes if isinstance(o, Prepared)]
-    embedded = iter(embed(ready, embedder)) if ready else iter(())
-    return [next(embedded) if isinstance(o, Prepared) else o for o in outcomes]
-
-
 class Cancelled(Exception):
-    pass
+    """The job was asked to stop; nothing of the batch in flight was committed."""
+
+
+class LeaseLost(Exception):
+    """Another worker owns the job now (a takeover or an operator's resume): stop, settle nothing."""
+
+
+def check_lease(conn: psycopg.Connection, ctx: JobContext) -> None:
+    """Renew the job's lease; raise when it must stop (a batch boundary)."""
+    if ctx.owner is None:
+        return
+    lease = jobs_repo.renew_lease(conn, job_id=ctx.job_id, owner=ctx.owner)
+    if lease == "cancel":
+        raise Cancelled
+    if lease == "lost":
+        raise LeaseLost
+
+
+def _embed_outcomes(
+    outcomes: Sequence[Outcome],
+    embedder: Embedder,
+    *,
+    batch_size: int | None = None,
+    before_batch: Callable[[], None] | None = None,
+) -> list[Committable]:
+    ready = [o for o in outcomes if isinstance(o, Prepared)]
+    done = embed(ready, embedder, batch_size=batch_size, before_batch=before_batch) if ready else []
+    embedded = iter(done)
+    return [next(embedded) if isinstance(o, Prepared) else o for o in outcomes]
 
 
 def _item_no(result: Committable) -> int:
@@ -103,21 +129,21 @@ def _item_no(result: Committable) -> int:
 def _commit_all(
     conn: psycopg.Connection, ctx: JobContext, results: Sequence[Committable], dual: DualWriter | None
 ) -> int:
+    # A cancel that arrived while the batch was prepared or embedded wins: nothing of it is
+    # written, its items stay pending and are settled ``cancelled`` (resumable).
+    check_lease(conn, ctx)
     chunks = 0
     extra = dual.vectors(conn, results) if dual is not None else [{} for _ in results]
     for result, vectors in zip(results, extra, strict=True):
         commit(conn, result, model=ctx.model_name, extra_vectors=vectors, chunking=ctx.chunking.label)
         if isinstance(result, Embedded):
             chunks += len(result.vectors)
-    cancelled = jobs_repo.heartbeat(conn, job_id=ctx.job_id)
     conn.commit()
     # Committed or failed for good: their staged uploads are no longer needed.
     remove_finished(
         conn, job_id=ctx.job_id, item_nos=[_item_no(r) for r in results], upload_dir=ctx.upload_dir
     )
     conn.commit()
-    if cancelled:
-        raise Cancelled
     return chunks
 
 
@@ -133,8 +159,12 @@ def run_inline(
     pending = jobs_repo.items(conn, job_id=ctx.job_id, state="pending")
     for start in range(0, len(pending), ctx.batch_documents):
         batch = pending[start : start + ctx.batch_documents]
+        check_lease(conn, ctx)  # between documents (commit batches)
         outcomes = prepare_items(conn, ctx, batch, embedder.count_tokens, parser)
-        chunks = _commit_all(conn, ctx, _embed_outcomes(outcomes, embedder), dual)
+        results = _embed_outcomes(
+            outcomes, embedder, batch_size=ctx.embed_batch, before_batch=lambda: check_lease(conn, ctx)
+        )
+        chunks = _commit_all(conn, ctx, results, dual)
         if on_progress:
             on_progress(len(batch), chunks)
 
@@ -202,16 +232,31 @@ class _PrepareActor:
 
 
 class _EmbedActor:
-    def __init__(self, spec: EmbeddingSpec) -> None:
+    def __init__(self, spec: EmbeddingSpec, ctx: JobContext) -> None:
         # One intra-op thread per actor: two single-threaded actors beat one two-thread actor.
         self.embedder = dataclasses.replace(spec, threads=1).load()
+        self.batch_size = spec.batch_size
         self.node = _node_id()
+        self.ctx = ctx
+        # The actor renews the lease between encode calls: the driver waits on a big document.
+        self.conn = psycopg.connect(ctx.conninfo, autocommit=True) if ctx.owner else None
+
+    def _check(self) -> None:
+        if self.conn is not None:
+            check_lease(self.conn, self.ctx)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         outcomes = [pickle.loads(b) for b in batch["blob"]]
         present = [o for o in outcomes if o is not None]
-        done = iter(_embed_outcomes(present, self.embedder))
-        blobs = [pickle.dumps(next(done) if o is not None else None) for o in outcomes]
+        try:
+            done = iter(
+                _embed_outcomes(present, self.embedder, batch_size=self.batch_size, before_batch=self._check)
+            )
+            blobs = [pickle.dumps(next(done) if o is not None else None) for o in outcomes]
+        except (Cancelled, LeaseLost):
+            # Drop the whole batch: the driver reads the same flag before its next commit and
+            # stops there, so none of these items is written and all stay resumable.
+            blobs = [pickle.dumps(None) for _ in outcomes]
         return {
             "item_no": batch["item_no"],
             "blob": blobs,
@@ -293,7 +338,7 @@ def ray_results(
     gpus = int(ray.cluster_resources().get("GPU", 0))
     ds = ds.map_batches(
         _EmbedActor,
-        fn_constructor_args=(_spec(ctx, embed_batch),),
+        fn_constructor_args=(_spec(ctx, embed_batch), ctx_ref),
         # One prepared block per embed batch: a batch merged from blocks of several nodes has
         # no one node to go to. Encoding per job batch costs nothing (docs/benchmarks.md,
         # Ingestion: 1.02x of one call for all chunks).

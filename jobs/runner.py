@@ -1,16 +1,17 @@
-"""Runs ingestion jobs in the background of a process (API server or CLI), one at a time.
+"""Runs ingestion jobs in the background of a process (API server or CLI), fairly across tenants.
 
 Small jobs take the in-process fast path (same stage functions) so a pushed document is
 searchable in seconds; larger ones go through Ray Data. The runner owns its own embedder
-instance so ingestion never holds the lock the query path embeds under. Jobs left running
-by a dead process are resumed at start-up (their lease expires after 60 s of silence).
+instance so ingestion never holds the lock the query path embeds under. Up to
+``concurrent_jobs`` jobs run at once, at most one per tenant. Jobs left running by a dead
+process are taken over (their lease expires after ``job_lease_seconds`` of silence); one a
+cancel was asked for is settled ``cancelled`` instead of being run again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import socket
 import threading
 import uuid
@@ -26,7 +27,7 @@ from ingest.isolation import IsolationConfig, Parser
 from ingest.parse_pool import make_parser
 from ingest.pipeline import ChunkingConfig
 from jobs.dual_write import DualWriter
-from jobs.ingest_job import Cancelled, JobContext, run_inline, run_on_ray
+from jobs.ingest_job import Cancelled, JobContext, LeaseLost, run_inline, run_on_ray
 from jobs.ray_runtime import ensure_ray
 
 log = logging.getLogger(__name__)
@@ -49,33 +50,51 @@ class RunnerConfig:
     lease_seconds: float  # a running job silent for this long is taken over
     alias: str  # the serving alias: its versions' models get vectors too (dual write)
     isolation: IsolationConfig  # parse workers: in-process or rlimit'd processes
+    concurrent_jobs: int  # jobs run at once by the workers, at most one per tenant
     batch_documents: int = 8  # documents per commit batch; not a setting
 
 
 class IngestRunner:
+    """Background workers that claim jobs fairly and run them; ``run_job`` runs one here.
+
+    ``concurrent_jobs`` workers each claim the oldest job of a tenant with nothing running
+    (``catalog.jobs.claim_next``, serialised across replicas), so one tenant's huge job holds
+    one worker and only delays that tenant. The workers share the runner's embedder (its
+    encode calls are locked and come in ``embed_batch`` slices, so jobs interleave per slice);
+    the Ray pipeline is used by one job at a time, a second large job runs in-process.
+    """
+
     def __init__(self, config: RunnerConfig, embedder_factory: Callable[[], Embedder]) -> None:
         self.config = config
         self._embedder_factory = embedder_factory
         self._embedder: Embedder | None = None
         self._parser: Parser | None = None
+        self._embedder_lock = threading.Lock()
         self.dual = DualWriter(
             alias=config.alias,
             base_model=config.model_name,
             load=lambda model: config.embedding.for_model(model).load(),
         )
-        self._queue: queue.Queue[uuid.UUID | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._wake = threading.Condition()
+        self._generation = 0  # bumped by submit: workers look for work when it moves
+        self._busy = 0  # workers claiming or running a job
+        self._closing = False
         self._idle = threading.Event()
         self._idle.set()
+        self._ray_slot = threading.Lock()
+        self._running: set[uuid.UUID] = set()  # jobs our workers run: never "orphans" to us
+        self._claim_lock = threading.Lock()  # guards _running; apart from _wake, so submit never waits on SQL
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         # Called with (connection, job id, final state) after a job finishes (the metrics hook).
         self.on_finished: Callable[[psycopg.Connection, uuid.UUID, str], None] | None = None
 
     @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = self._embedder_factory()
-        return self._embedder
+        with self._embedder_lock:  # workers may ask at once; build one instance
+            if self._embedder is None:
+                self._embedder = self._embedder_factory()
+            return self._embedder
 
     @property
     def parser(self) -> Parser:
@@ -85,57 +104,84 @@ class IngestRunner:
         return self._parser
 
     def start(self, *, resume: bool = True) -> None:
-        self._thread = threading.Thread(target=self._loop, name="ingest-runner", daemon=True)
-        self._thread.start()
-        if resume:
-            with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
-                for job_id in jobs_repo.unfinished_jobs(conn):
-                    self.submit(job_id)
-
-    def _reclaim_orphans(self) -> None:
-        try:
-            with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
-                orphans = jobs_repo.orphaned_jobs(conn, lease_seconds=self.config.lease_seconds)
-        except Exception:  # the catalog is unreachable: the next idle tick tries again
-            log.warning("cannot look for orphaned jobs", exc_info=True)
-            return
-        for job_id in orphans:
-            self.submit(job_id)
+        """Start the workers; ``resume`` makes them look for queued and orphaned jobs at once
+        (otherwise at the first ``submit`` or idle tick)."""
+        with self._wake:
+            if resume:
+                self._generation += 1
+                self._idle.clear()
+        for n in range(max(1, self.config.concurrent_jobs)):
+            thread = threading.Thread(target=self._worker, name=f"ingest-runner-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def submit(self, job_id: uuid.UUID) -> None:
-        self._idle.clear()
-        self._queue.put(job_id)
+        """A job was queued: wake the workers (they claim from the catalog, fairly, not this id)."""
+        with self._wake:
+            self._generation += 1
+            self._idle.clear()
+            self._wake.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until every submitted job is done (tests, CLI)."""
+        """Block until no worker runs a job and none is left to claim (tests, CLI)."""
         return self._idle.wait(timeout)
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=30)
+        with self._wake:
+            self._closing = True
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self._threads = []
         if self._parser is not None:
             self._parser.close()
             self._parser = None
 
-    def _loop(self) -> None:
+    def _worker(self) -> None:
+        tried = 0  # the generation this worker last looked for work at
         while True:
+            with self._wake:
+                while not self._closing and tried == self._generation:
+                    # Idle tick: take over jobs whose process died (their lease ran out) and
+                    # queued jobs no runner picked up (the pushing replica died first).
+                    if not self._wake.wait(timeout=self.config.lease_seconds / 2):
+                        break
+                if self._closing:
+                    return
+                tried = self._generation
+                self._busy += 1
+            ran = False
             try:
-                job_id = self._queue.get(timeout=self.config.lease_seconds / 2)
-            except queue.Empty:
-                # Idle: take over jobs whose process died (their lease ran out) and queued jobs
-                # no runner picked up (the pushing replica died before its queue drained).
-                self._reclaim_orphans()
-                continue
-            if job_id is None:
-                return
-            try:
-                self.run_job(job_id)
-            except Exception:  # the runner must survive any one job
-                log.exception("job %s crashed", job_id)
+                ran = self._run_next()
+            except Exception:  # the runner must survive any one job, and an unreachable catalog
+                log.exception("ingest worker: claiming or running a job failed")
             finally:
-                if self._queue.empty():
-                    self._idle.set()
+                with self._wake:
+                    self._busy -= 1
+                    if ran:
+                        tried = -1  # look again at once: that tenant's next job may be waiting
+                    elif self._busy == 0 and tried == self._generation:
+                        self._idle.set()
+
+    def _run_next(self) -> bool:
+        with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
+            # One claim at a time in this process, so the running set is exact when excluded.
+            with self._claim_lock:
+                job_id = jobs_repo.claim_next(
+                    conn,
+                    owner=self.owner,
+                    lease_seconds=self.config.lease_seconds,
+                    exclude=list(self._running),
+                )
+                if job_id is None:
+                    return False
+                self._running.add(job_id)
+            try:
+                self._run_claimed(conn, job_id, None)
+            finally:
+                with self._claim_lock:
+                    self._running.discard(job_id)
+            return True
 
     def run_job(
         self, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None = None, *, force: bool = False
@@ -147,51 +193,73 @@ class IngestRunner:
             )
             if not claimed:
                 return None
-            job = jobs_repo.get_job(conn, job_id=job_id)
-            if job is None:
-                return None
-            ctx = JobContext(
-                job_id=job_id,
-                tenant_id=job.tenant_id,
-                conninfo=self.config.conninfo,
-                model_name=self.config.model_name,
-                chunking=self.config.chunking,
-                batch_documents=self.config.batch_documents,
-                embedding=self.config.embedding,
-                upload_dir=self.config.upload_dir,
-                isolation=self.config.isolation,
-            )
-            error = None
+            return self._run_claimed(conn, job_id, on_progress)
+
+    def _run_claimed(
+        self, conn: psycopg.Connection, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None
+    ) -> str | None:
+        job = jobs_repo.get_job(conn, job_id=job_id)
+        if job is None:
+            return None
+        error = None
+        if job.cancel_requested:
+            # Cancelled while its owner was gone (or before it started): settle it, never run it.
+            log.info("job %s was cancelled before it ran here", job_id)
+        else:
             try:
-                self._execute(conn, ctx, on_progress)
+                self._execute(conn, self._context(job), on_progress)
             except Cancelled:
                 log.info("job %s cancelled", job_id)
+            except LeaseLost:
+                log.warning("job %s: another worker took it over; stopping here", job_id)
+                return None
             except Exception as exc:  # recorded on the job; pending items stay resumable
                 log.exception("job %s failed", job_id)
                 error = f"{type(exc).__name__}: {exc}"[:500]
-            state = jobs_repo.finish_job(conn, job_id=job_id, error=error)
-            log.info("job %s finished: %s", job_id, state)
-            if self.on_finished is not None:
-                try:
-                    self.on_finished(conn, job_id, state)
-                except Exception:  # an observer must never fail the job
-                    log.exception("job %s: on_finished hook failed", job_id)
-            return state
+        state = jobs_repo.finish_job(conn, job_id=job_id, error=error)
+        log.info("job %s finished: %s", job_id, state)
+        if self.on_finished is not None:
+            try:
+                self.on_finished(conn, job_id, state)
+            except Exception:  # an observer must never fail the job
+                log.exception("job %s: on_finished hook failed", job_id)
+        return state
+
+    def _context(self, job: jobs_repo.JobRow) -> JobContext:
+        return JobContext(
+            job_id=job.job_id,
+            tenant_id=job.tenant_id,
+            conninfo=self.config.conninfo,
+            model_name=self.config.model_name,
+            chunking=self.config.chunking,
+            batch_documents=self.config.batch_documents,
+            embedding=self.config.embedding,
+            upload_dir=self.config.upload_dir,
+            isolation=self.config.isolation,
+            owner=self.owner,
+            embed_batch=self.config.embed_batch,
+        )
 
     def _execute(
         self, conn: psycopg.Connection, ctx: JobContext, on_progress: Callable[[int, int], None] | None
     ) -> None:
         pending = len(jobs_repo.items(conn, job_id=ctx.job_id, state="pending"))
-        if not self.config.use_ray or pending <= self.config.inline_max_documents:
+        small = not self.config.use_ray or pending <= self.config.inline_max_documents
+        # Two Ray pipelines in one driver would compete for the same actor slots (and wait for
+        # placement); a second large job runs in-process instead of waiting for the first.
+        if small or not self._ray_slot.acquire(blocking=False):
             run_inline(conn, ctx, self.embedder, self.parser, on_progress, self.dual)
             return
-        ensure_ray(address=self.config.ray_address, data_dir=self.config.data_dir)
-        run_on_ray(
-            conn,
-            ctx,
-            prepare_actors=self.config.prepare_actors,
-            embed_actors=self.config.embed_actors,
-            embed_batch=self.config.embed_batch,
-            on_progress=on_progress,
-            dual=self.dual,
-        )
+        try:
+            ensure_ray(address=self.config.ray_address, data_dir=self.config.data_dir)
+            run_on_ray(
+                conn,
+                ctx,
+                prepare_actors=self.config.prepare_actors,
+                embed_actors=self.config.embed_actors,
+                embed_batch=self.config.embed_batch,
+                on_progress=on_progress,
+                dual=self.dual,
+            )
+        finally:
+            self._ray_slot.release()

@@ -45,6 +45,7 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
         lease_seconds=settings.ingest.job_lease_seconds,
         alias=LIVE_ALIAS,
         isolation=isolation_config(settings),
+        concurrent_jobs=settings.ingest.concurrent_jobs,
     )
 
 

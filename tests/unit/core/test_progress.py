@@ -33,3 +33,20 @@ def test_unknown_total_has_no_eta() -> None:
     progress = Progress(0, stream=io.StringIO(), line_seconds=0.0)
     progress(4, 8)
     assert "ETA" not in progress.line() and progress.line().startswith("4 docs  8 chunks")
+
+
+def test_a_resumed_job_counts_from_where_it_stopped_with_a_sensible_eta() -> None:
+    # Issue 17: `jobs resume` printed "8/0 docs ... ETA -33s" (no total, ETA from earlier runs).
+    stream = io.StringIO()
+    progress = Progress(10, done=8, stream=stream, line_seconds=0.0)
+    assert progress.line().startswith("8/10 docs  0 chunks") and "ETA" not in progress.line()
+    progress(1, 4)
+    line = stream.getvalue().splitlines()[-1]
+    assert line.startswith("9/10 docs  4 chunks")
+    eta = float(line.rsplit("ETA ", 1)[1].rstrip("s"))
+    assert eta >= 0
+    progress(1, 4)
+    assert stream.getvalue().splitlines()[-1].startswith("10/10 docs  8 chunks")
+    assert "ETA" not in stream.getvalue().splitlines()[-1]
+    progress(1, 0)  # more than the total (a racing worker finished one too): never a negative ETA
+    assert "ETA" not in progress.line() and "-" not in progress.line()
