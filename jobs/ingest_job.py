@@ -250,6 +250,8 @@ def ray_results(
     # its model takes every batch of a short job and the other nodes idle.
     data_ctx.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # ... whose progress module warns, once per process, that they are off: that is the intent.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     ctx_ref = ctx
     # Enough blocks that every embed actor gets work, one job batch per block at most.
     blocks = min(len(item_nos), max(2 * embed_actors, -(-len(item_nos) // ctx.batch_documents)))

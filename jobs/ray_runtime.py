@@ -13,6 +13,23 @@ from core.errors import ConfigError
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 
+# Lines Ray prints on every successful job that report no problem of ours, dropped from the
+# server's stderr by ``quiet_known_notices`` (an exact substring each, so nothing else goes):
+HARMLESS_NOTICES = (
+    # core_worker.cc, at ERROR, for every Ray Data actor-pool worker: Ray Data itself passes
+    # its DataContext and transformer as object-store refs to MapWorker actors it creates with
+    # max_restarts=-1, and holds those refs for the whole execution (ray-project/ray#57733).
+    "has constructor arguments in the object store and max_restarts > 0",
+)
+
+
+def quiet_known_notices() -> bool:
+    """Filter ``HARMLESS_NOTICES`` out of this process's stderr (``core.stderr_filter``);
+    for long-running commands (``ragline serve``/``run``), not for library use."""
+    from core.stderr_filter import filter_stderr
+
+    return filter_stderr(HARMLESS_NOTICES)
+
 
 def ray_temp_dir(data_dir: Path) -> Path:
     # Ray puts Unix sockets under its temp dir; long paths break them, so fall back to /tmp.
@@ -38,6 +55,9 @@ def ensure_ray(*, address: str | None, data_dir: Path, num_cpus: int | None = No
             return
         temp = ray_temp_dir(data_dir)
         temp.mkdir(parents=True, exist_ok=True)
+        # Token auth stays on for the local cluster (Ray's default, a token under ~/.ray);
+        # saying so explicitly drops the notice Ray logs when it picks that default itself.
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray.init(
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
