@@ -23,6 +23,29 @@ HARMLESS_NOTICES = (
 )
 
 
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+_TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_AUTH_ENABLED = "Token authentication is enabled for this Ray cluster"
+
+
+def _drop_token_auth_notice() -> None:
+    """Ray warns on every local start that it turned token auth on, its default and ours.
+    Only that message goes: the warning that auth is *off* stays. (Setting RAY_AUTH_MODE
+    ourselves would do it too, but Ray reads it into its config at import, and a late value
+    leaves the driver without a token for its own GCS.)"""
+    target = logging.getLogger(_TOKEN_AUTH_LOGGER)
+    if not any(isinstance(f, _DropMessage) for f in target.filters):
+        target.addFilter(_DropMessage(_TOKEN_AUTH_ENABLED))
+
+
 def quiet_known_notices() -> bool:
     """Filter ``HARMLESS_NOTICES`` out of this process's stderr (``core.stderr_filter``);
     for long-running commands (``ragline serve``/``run``), not for library use."""
@@ -55,9 +78,7 @@ def ensure_ray(*, address: str | None, data_dir: Path, num_cpus: int | None = No
             return
         temp = ray_temp_dir(data_dir)
         temp.mkdir(parents=True, exist_ok=True)
-        # Token auth stays on for the local cluster (Ray's default, a token under ~/.ray);
-        # saying so explicitly drops the notice Ray logs when it picks that default itself.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        _drop_token_auth_notice()
         ray.init(
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
