@@ -78,6 +78,24 @@ class ColdPhase:
     cached_mb: float | None  # what the page cache still held after eviction
     ready_s: float  # PostgreSQL start to the server's /readyz
     windows: list[LoadResult]  # consecutive periods from /readyz on: the first is the coldest
+    probe: dict[str, list[float]]  # sequential requests instead of windows: ms per request
+
+
+def sequential(base: str, request: Callable[[int], RequestSpec], count: int) -> dict[str, list[float]]:
+    """``count`` requests one at a time: client ms and each server stage's ms, per request."""
+    import httpx
+
+    out: dict[str, list[float]] = {"client": []}
+    with httpx.Client(base_url=base, timeout=30.0) as client:
+        for i in range(count):
+            spec = request(i)
+            t = time.perf_counter()
+            r = client.post(spec.path, json=spec.json, headers=spec.headers)
+            out["client"].append((time.perf_counter() - t) * 1000)
+            r.raise_for_status()
+            for stage, ms in r.json()["timings_ms"].items():
+                out.setdefault(stage, []).append(float(ms))
+    return out
 
 
 def restart_cold(cluster: embedded.LocalCluster, roots: list[Path]) -> tuple[float, float | None]:
@@ -99,21 +117,29 @@ def run_phase(
     windows: list[LoadConfig],
     server_timings: Callable[..., dict[str, float]],
     check: Callable[[str], None],
+    probe: int = 0,
 ) -> ColdPhase:
     """One cold start: restart PostgreSQL cold, start the server, measure at once.
 
     ``start_server`` is a context-manager factory taking extra environment and yielding
     ``(base_url, pid)``; the load begins as soon as the server is ready, without warm-up, and
-    runs ``windows`` back to back (no pause between them).
+    runs ``windows`` back to back (no pause between them), or with ``probe`` that many
+    requests one at a time (no queueing: each request's own cold reads).
     """
     evicted_mb, cached_mb = restart_cold(cluster, roots)
     env = {"RAGLINE_RETRIEVE__WARM_SECONDS": "0"} if warm == "off" else {}
     t = time.perf_counter()
     with start_server(env) as (base, _pid):  # type: ignore[attr-defined]
         ready_s = time.perf_counter() - t
-        results = asyncio.run(run_rates(base, request, windows, pause_s=0.0, server_timings=server_timings))
+        if probe:
+            results, probed = [], sequential(base, request, probe)
+        else:
+            results = asyncio.run(
+                run_rates(base, request, windows, pause_s=0.0, server_timings=server_timings)
+            )
+            probed = {}
         check(base)  # after the measured period, which must start cold
-    return ColdPhase(warm, evicted_mb, cached_mb, ready_s, results)
+    return ColdPhase(warm, evicted_mb, cached_mb, ready_s, results, probed)
 
 
 def print_cold(phases: list[ColdPhase], stage: str = "fetch") -> None:
@@ -132,6 +158,9 @@ def print_cold(phases: list[ColdPhase], stage: str = "fetch") -> None:
             for p in phases
         ],
     )
+    if any(p.probe for p in phases):
+        _print_probes(phases, stage)
+        return
     rows = []
     for p in phases:
         at = 0.0
@@ -166,6 +195,35 @@ def print_cold(phases: list[ColdPhase], stage: str = "fetch") -> None:
     for p in phases:
         print(f"\nwarming {p.warm}:")
         print_results(p.windows)
+
+
+def _print_probes(phases: list[ColdPhase], stage: str) -> None:
+    import numpy as np
+
+    def q(values: list[float], pct: float) -> float:
+        return round(float(np.percentile(values, pct)), 1) if values else float("nan")
+
+    rows = []
+    for p in phases:
+        for part, (lo, hi) in (("first 20", (0, 20)), ("all", (0, None))):
+            c, f = p.probe["client"][lo:hi], p.probe.get(stage, [])[lo:hi]
+            rows.append(
+                [p.warm, part, len(c), q(c, 50), q(c, 95), q(f, 50), q(f, 95), round(max(f, default=0), 1)]
+            )
+    print()
+    print_table(
+        [
+            "warming",
+            "requests",
+            "n",
+            "client p50",
+            "client p95",
+            f"{stage} p50",
+            f"{stage} p95",
+            f"{stage} max",
+        ],
+        rows,
+    )
 
 
 def _explain_fetch(url: str, rows: list[int]) -> tuple[float, int, int]:

@@ -356,6 +356,13 @@ def _args() -> argparse.Namespace:
         " at the lowest rate (needs --state-dir and the bench's own PostgreSQL; bench/cold.py)",
     )
     p.add_argument(
+        "--cold-probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --cold: N sequential requests per phase instead of the load windows",
+    )
+    p.add_argument(
         "--state-dir",
         type=Path,
         help="keep the catalog and index here and reuse them on the next run with the same"
@@ -498,10 +505,9 @@ def _cold(args: argparse.Namespace, tmp: Path, corpus: Corpus, token: str, rate:
             warm, cluster=cluster, roots=[cluster.pgdata, tmp / "indexes"],
             start_server=lambda env: server(url, tmp, args.workers, env_extra=env),
             request=request, windows=windows, server_timings=server_timings,
-            check=lambda base: _check(base, request(0)),
+            check=lambda base: _check(base, request(0)), probe=args.cold_probe,
         )  # fmt: skip
-        first = phase.windows[0]
-        print(f"warming {warm}: ready in {phase.ready_s:.1f}s, first {window_s:g}s p95 {first.p95_ms:.1f} ms")
+        print(f"warming {warm}: ready in {phase.ready_s:.1f}s")
         done.append(phase)
     print(
         f"\ncold starts, hybrid, top_k={args.top_k}, {args.chunks:,} chunks, {rate:g}/s {args.arrival},"
