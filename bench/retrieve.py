@@ -347,6 +347,22 @@ def _args() -> argparse.Namespace:
     p.add_argument("--rerank-model", type=Path, help="a cross-encoder folder: measure hybrid + rerank")
     p.add_argument("--rerank-candidates", type=int, default=20, help="fused candidates reranked per query")
     p.add_argument(
+        "--cold",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead of the rates: ROUNDS x (warming off, warming on) cold starts, each after a"
+        " PostgreSQL restart with the page cache dropped, measuring the first --duration seconds"
+        " at the lowest rate (needs --state-dir and the bench's own PostgreSQL; bench/cold.py)",
+    )
+    p.add_argument(
+        "--cold-probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --cold: N sequential requests per phase instead of the load windows",
+    )
+    p.add_argument(
         "--state-dir",
         type=Path,
         help="keep the catalog and index here and reuse them on the next run with the same"
@@ -391,6 +407,9 @@ def main() -> None:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ragline-bench-")))
         url = stack.enter_context(database(tmp, keep=args.state_dir is not None))
         corpus, token = _prepare(args, tmp, url)
+        if args.cold:
+            _cold(args, tmp, corpus, token, rates[0])
+            return
         # Enough for every arrival plus the probe: the server's LRU query-embedding cache would
         # otherwise answer repeats without running the model, flattering every rate but the first.
         expected = sum(rate * (args.duration + args.warmup) for rate in rates)
@@ -445,6 +464,57 @@ def main() -> None:
     )
     print_results(results)
     print("\nsequential probe after the load (30 requests, medians): " + probe)
+
+
+def _cold(args: argparse.Namespace, tmp: Path, corpus: Corpus, token: str, rate: float) -> None:
+    """``--cold``: see bench/cold.py."""
+    from bench import cold
+    from catalog import embedded
+
+    if not args.state_dir or os.environ.get("RAGLINE_DATABASE_URL"):
+        raise SystemExit(
+            "--cold restarts the bench's own PostgreSQL: give --state-dir, unset RAGLINE_DATABASE_URL"
+        )
+    cluster = embedded.cluster_for(tmp, port=int((tmp / "pg-port").read_text()), fsync=False)
+    url = cluster.url
+    phases = [w for _ in range(args.cold) for w in cold.PHASES]
+    queries = query_texts(corpus, int(rate * args.duration * len(phases) * 1.5) + 500, seed=args.seed + 1)
+    sequence = itertools.count()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def request(i: int) -> RequestSpec:
+        body = {"query": queries[next(sequence) % len(queries)], "top_k": args.top_k, "mode": "hybrid"}
+        return RequestSpec("POST", "/v1/retrieve", body, headers)
+
+    window_s = min(args.duration, 10.0)
+    windows = [
+        LoadConfig(
+            rate=rate,
+            duration_s=window_s,
+            warmup_s=0.0,
+            timeout_s=args.timeout,
+            latency_target_ms=args.target_ms,
+            arrival=args.arrival,
+            seed=args.seed + i,
+        )  # fmt: skip
+        for i in range(max(1, round(args.duration / window_s)))
+    ]
+    done = []
+    for warm in phases:
+        phase = cold.run_phase(
+            warm, cluster=cluster, roots=[cluster.pgdata, tmp / "indexes"],
+            start_server=lambda env: server(url, tmp, args.workers, env_extra=env),
+            request=request, windows=windows, server_timings=server_timings,
+            check=lambda base: _check(base, request(0)), probe=args.cold_probe,
+        )  # fmt: skip
+        print(f"warming {warm}: ready in {phase.ready_s:.1f}s")
+        done.append(phase)
+    print(
+        f"\ncold starts, hybrid, top_k={args.top_k}, {args.chunks:,} chunks, {rate:g}/s {args.arrival},"
+        f" the first {args.duration:g}s after /readyz in {window_s:g}s windows, {os.cpu_count()} CPUs,"
+        f" load {os.getloadavg()[0]:.1f}"
+    )
+    cold.print_cold(done)
 
 
 def _cpu_seconds(pid: int, *, children: bool = True) -> float:

@@ -98,6 +98,17 @@ def _detail(*, section_path: list[str], metadata: dict[str, Any] | None, **colum
 
 _DETAIL_ROW = kwargs_row(_detail)
 
+# Module-level so that tests can EXPLAIN it: catalog.warm must warm every relation it reads.
+DETAILS_SQL = (
+    "SELECT c.chunk_row AS row, c.chunk_id, c.doc_id, d.external_id, d.title, c.text, c.char_start,"
+    " c.char_end, c.page_start, c.page_end, c.section_path, d.metadata, p.text AS parent_text,"
+    " p.char_start AS parent_char_start, p.char_end AS parent_char_end"
+    " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+    " LEFT JOIN chunks p ON p.chunk_row = c.parent_row"
+    " WHERE c.chunk_row = ANY(%s) AND d.tenant_id = %s AND d.state = 'active'"
+    " AND c.version = d.current_version AND (d.acl_public OR d.acl_principals && %s::text[])"
+)
+
 
 def chunk_details(
     conn: psycopg.Connection, *, rows: Sequence[int], tenant_id: str, readers: Sequence[str]
@@ -110,14 +121,5 @@ def chunk_details(
     if not rows:
         return {}
     with conn.cursor(row_factory=_DETAIL_ROW) as cur:
-        found = cur.execute(
-            "SELECT c.chunk_row AS row, c.chunk_id, c.doc_id, d.external_id, d.title, c.text, c.char_start,"
-            " c.char_end, c.page_start, c.page_end, c.section_path, d.metadata, p.text AS parent_text,"
-            " p.char_start AS parent_char_start, p.char_end AS parent_char_end"
-            " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-            " LEFT JOIN chunks p ON p.chunk_row = c.parent_row"
-            " WHERE c.chunk_row = ANY(%s) AND d.tenant_id = %s AND d.state = 'active'"
-            " AND c.version = d.current_version AND (d.acl_public OR d.acl_principals && %s::text[])",
-            (list(rows), tenant_id, list(readers)),
-        ).fetchall()
+        found = cur.execute(DETAILS_SQL, (list(rows), tenant_id, list(readers))).fetchall()
     return {d.row: d for d in found}

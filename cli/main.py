@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # platformdirs (pulled in by a dependency) warns on every run where XDG_RUNTIME_DIR is unset.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+    # No tqdm bars from Hugging Face libraries ("Loading weights" on every model load): set
+    # before they are imported (they read it once), inherited by uvicorn and Ray workers.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

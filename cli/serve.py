@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run() -> int:
     from cli.run import run
+    from jobs.ray_runtime import quiet_known_notices
 
+    quiet_known_notices()
     return run(get_settings())
 
 
@@ -30,7 +32,9 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from catalog.connect import database_url
+    from jobs.ray_runtime import quiet_known_notices
 
+    quiet_known_notices()  # ingestion jobs may start Ray inside the server
     settings = get_settings()
     host = args.host or settings.api.host
     port = args.port or settings.api.port

@@ -37,5 +37,7 @@ def configure_logging(level: str = "INFO") -> None:
     handler.setFormatter(JsonFormatter())
     root.handlers = [handler]
     root.setLevel(level)
-    for noisy in ("httpx", "urllib3", "filelock", "sentence_transformers", "bm25s"):
+    # fusion_base/onnx_model*: onnxruntime's graph optimiser, one INFO line per fusion on export.
+    noisy_loggers = ("fusion_base", "onnx_model", "onnx_model_bert")
+    for noisy in ("httpx", "urllib3", "filelock", "sentence_transformers", "bm25s", *noisy_loggers):
         logging.getLogger(noisy).setLevel(logging.WARNING)

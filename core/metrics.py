@@ -60,6 +60,12 @@ DELETE_TO_INVISIBLE = Histogram(
     "From a delete's commit to the first response on this node that reflects it.",
     buckets=FRESHNESS_BUCKETS,
 )
+SERVING_WARM = Histogram(
+    "ragline_serving_warm_seconds",
+    "Time spent warming the catalog when a version loads, by method and outcome.",
+    ["method", "outcome"],
+    buckets=FRESHNESS_BUCKETS,
+)
 RATE_LIMITED = Counter("ragline_rate_limited_total", "Requests refused with 429, by limit.", ["limit"])
 AUDIT_WRITTEN = Counter("ragline_audit_events_written_total", "Retrieve audit events written.")
 AUDIT_DROPPED = Counter(

@@ -127,6 +127,9 @@ class RetrieveSettings(Section):
     exact_max_fraction: float = Field(0.02, ge=0.0, le=1.0)
     overfetch_min_fraction: float = Field(0.9, ge=0.0, le=1.0)
     stage_timeout_ms: int = Field(2000, ge=1)
+    # Seconds a node may spend, when it loads an index version (start-up, swap), reading the
+    # catalog relations the request path reads (pg_prewarm or a plain read); 0 turns it off.
+    warm_seconds: float = Field(30.0, ge=0.0)
     # A request's max_context_tokens when it gives none; lowered to max_context_tokens when
     # only the maximum is set.
     default_context_tokens: int = Field(1500, ge=MIN_CONTEXT_TOKENS)

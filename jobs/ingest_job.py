@@ -320,6 +320,8 @@ def ray_results(
     # first idle actor takes every batch whenever parsing is the slower stage.
     data_ctx.execution_options.actor_locality_enabled = True
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # ... whose progress module warns, once per process, that they are off: that is the intent.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     ctx_ref = ctx
     # Enough blocks that every embed actor gets work, one job batch per block at most.
     blocks = min(len(item_nos), max(2 * embed_actors, -(-len(item_nos) // ctx.batch_documents)))

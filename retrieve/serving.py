@@ -90,16 +90,21 @@ class ServingState:
         tokenizer: Tokenizer,
         prepare_model: Callable[[str], None] | None = None,
         selection: ShardSelection = EVERYTHING,
+        warm: Callable[[psycopg.Connection], None] | None = None,
     ) -> None:
         """``model_name``/``dim`` serve when no version is loaded (delta only);
         ``prepare_model`` loads a version's query embedder before the version serves;
         ``selection``: the shards of each version (and whether the delta) this process loads
-        and searches (a shard server's group; none for an API that fans out)."""
+        and searches (a shard server's group; none for an API that fans out);
+        ``warm`` reads what the request path will read (``catalog.warm``) before a version
+        serves, at start-up and on every swap (the index files need no warming: loading a
+        version hashes every file, which leaves them in the page cache)."""
         self.view = CatalogView()
         self.selection = selection
         self.model_name = model_name
         self.dim = dim
         self.prepare_model = prepare_model
+        self.warm = warm
         self.tokenizer = tokenizer
         self._current: ServingIndex | None = None
         self._swap_lock = threading.Lock()
@@ -140,7 +145,19 @@ class ServingState:
             version = load_version(version_path, select=self.selection) if version_path else None
             if version is not None and self.prepare_model is not None:
                 self.prepare_model(version.manifest.model_name)
+            self._warm(conn)
             self._current = self._snapshot(conn, version)
+
+    def _warm(self, conn: psycopg.Connection) -> None:
+        """Warm the catalog for the request path; a failure serves cold, never stops a load."""
+        if self.warm is None:
+            return
+        try:
+            self.warm(conn)
+            conn.commit()
+        except Exception:
+            conn.rollback()
+            log.warning("warming the catalog for serving failed; serving cold", exc_info=True)
 
     def _snapshot(self, conn: psycopg.Connection, version: LoadedVersion | None) -> ServingIndex:
         """A snapshot for ``version``: positions of the loaded shards mapped to documents, and
@@ -206,6 +223,7 @@ class ServingState:
             version = load_version(version_path, select=self.selection)
             if self.prepare_model is not None:  # two models may be loaded from here on
                 self.prepare_model(version.manifest.model_name)
+            self._warm(conn)  # before the lock: requests go on with the old version meanwhile
             with self.view.lock:
                 self.catch_up(conn)
                 snap = self._snapshot(conn, version)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
+from catalog.warm import prewarm_serving_reads
 from core import metrics
 from core.settings import Settings
 from index.builder import EVERYTHING, ShardSelection
@@ -21,6 +25,8 @@ from retrieve.serving import ServingState
 from retrieve.watcher import IndexWatcher
 from wiring.embedding import embedding_spec
 from wiring.index import lexical_tokenizer
+
+log = logging.getLogger(__name__)
 
 
 def build_search_service(
@@ -50,6 +56,7 @@ def build_search_service(
         # Fanning out, this process keeps the manifest (the version's query model) and the
         # catalog view, and no shard or delta: the shard servers hold those.
         selection=EVERYTHING if fanout is None else ShardSelection.nothing(),
+        warm=serving_warmer(r.warm_seconds),
     )
     executor = ThreadPoolExecutor(max_workers=max(2, ix.shards), thread_name_prefix="shard")
     planner = planner_config(settings)
@@ -84,6 +91,35 @@ def build_search_service(
         executor.shutdown(wait=False)
 
     return service, close
+
+
+def serving_warmer(budget_s: float) -> Callable[[psycopg.Connection], None] | None:
+    """The catalog warm-up a serving node runs as it loads a version, timed into
+    ``ragline_serving_warm_seconds`` and one log line; None when ``budget_s`` is 0."""
+    if budget_s <= 0:
+        return None
+
+    def warm(conn: psycopg.Connection) -> None:
+        t = time.perf_counter()
+        try:
+            result = prewarm_serving_reads(conn, budget_s=budget_s)
+        except Exception:
+            metrics.SERVING_WARM.labels("none", "error").observe(time.perf_counter() - t)
+            raise
+        elapsed = time.perf_counter() - t
+        outcome = "complete" if result.complete else "deadline"
+        metrics.SERVING_WARM.labels(result.method, outcome).observe(elapsed)
+        log.info(
+            "warmed the catalog for serving with %s: %.1f MB of %.1f MB in %d relations, %.2fs%s",
+            result.method,
+            result.megabytes,
+            result.total_megabytes,
+            result.relations,
+            elapsed,
+            "" if result.complete else f" (stopped at retrieve.warm_seconds={budget_s:g})",
+        )
+
+    return warm
 
 
 def planner_config(settings: Settings) -> PlannerConfig:

@@ -1,0 +1,104 @@
+"""A successful start prints what an operator needs and nothing that looks like a problem.
+
+``ragline run`` (``make run``) is the noisiest start there is: it starts a local Ray, ingests
+the sample corpus through Ray Data actor pools, loads the embedding model (exporting it to
+ONNX on a fresh data directory), builds an index version and serves it. Before issue 17 its
+output held a Ray ``E ... core_worker.cc`` line, Ray's token-auth notice, Ray Data's
+"Progress bars disabled" warning, a tqdm "Loading weights" bar and onnxruntime's
+per-fusion INFO lines; none of them reported a problem.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.serverproc import REPO, server_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+START_TIMEOUT_S = 600.0  # ingestion through Ray and an index build come before the server
+NOISE = (
+    "core_worker",  # Ray's C++ notice about Ray Data's own actor arguments
+    "Token authentication is enabled",
+    "Progress bars disabled",
+    "Loading weights",
+    "fusion_base",
+    "it/s]",  # any tqdm bar
+)
+
+
+def _quiet_port() -> int:
+    """A free port below the ephemeral range (Linux: 32768-60999) and above Ray's worker ports
+    (10002-19999): ``ragline run`` binds it a minute after it is chosen, after Ray has started
+    and many connections have been opened, any of which could take an ephemeral port."""
+    for port in random.sample(range(20_000, 32_000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-32000")
+
+
+def test_make_run_starts_quietly(db_url: str, tmp_path: Path) -> None:
+    port = _quiet_port()
+    data_dir = tmp_path / "data"  # fresh: the embedding model is exported to ONNX on this start
+    data_dir.mkdir()
+    env = server_env(
+        db_url,
+        data_dir,
+        RAGLINE_API__HOST="127.0.0.1",
+        RAGLINE_API__PORT=str(port),
+        RAGLINE_LOG_LEVEL="INFO",  # the default: what an operator sees
+        RAY_USAGE_STATS_ENABLED="0",
+    )
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)  # the CLI must quiet the bars by itself
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "run"],
+            env=env,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: Ray's processes and the stderr filter end with it
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        ready = False
+        while time.monotonic() < deadline and not ready:
+            assert proc.poll() is None, (
+                f"ragline run exited {proc.returncode}:\n{log_path.read_text()[-4000:]}"
+            )
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0).status_code == 200
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        assert ready, f"not ready after {START_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    time.sleep(1.0)  # the stderr filter flushes what was left in its pipe
+    output = log_path.read_text(errors="replace")
+    assert "sample corpus: job" in output and "succeeded" in output  # Ray did run
+    assert "is live" in output and "ragline is serving on" in output
+    assert '"msg": "ragline API ready"' in output
+    found = [line for line in output.splitlines() if any(n in line for n in NOISE)]
+    assert not found, "start-up noise:\n" + "\n".join(found)
