@@ -87,7 +87,8 @@ def create_app(
         configure_logging(settings.log_level)
         apply_migrations(url)
         # Waits for a connection end by the request's deadline. Only the read pool bounds its
-        # statements: the main pool also serves the index watcher, whose catch-up reads of a
+        # statements (at 80% of the deadline, so a stuck read ends in a 503 of its own and frees
+        # its worker): the main pool also serves the index watcher, whose catch-up reads of a
         # large corpus may take longer than any request may.
         deadline_s = settings.api.request_timeout_ms / 1000
         app.state.pool = open_pool(url, size=settings.db_pool_size, timeout_s=deadline_s)
@@ -99,7 +100,7 @@ def create_app(
             autocommit=True,
             min_size=2,
             timeout_s=deadline_s,
-            statement_timeout_ms=settings.api.request_timeout_ms,
+            statement_timeout_ms=settings.api.request_timeout_ms * 4 // 5,
         )
         app.state.auth = KeyAuthenticator(
             app.state.pool, read_pool=app.state.read_pool, ttl_seconds=settings.api.key_cache_seconds

@@ -17,7 +17,7 @@ from importlib import resources
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from catalog import audit
 from core.context import deadline_var
@@ -30,6 +30,13 @@ _MIGRATION_LOCK = 0x7261676C696E65
 # A connection attempt to a host that does not answer gives up after this long (libpq's own
 # default is to wait forever); a refused connection fails at once anyway.
 _CONNECT_TIMEOUT_S = 5
+# While the database is down a wait for a connection lasts at most this long (DeadlinePool).
+_FAILING_WAIT_S = 0.5
+# A failing reconnection is given up after this long (psycopg_pool's default: 5 minutes, its
+# backoff doubling to minutes between tries). Given up, the next request that needs a
+# connection starts a new attempt at once, so the pool is back within about a second of the
+# database, never after a long backoff sleep.
+_RECONNECT_S = 2.0
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 
@@ -103,20 +110,34 @@ def applied_migrations(conn: psycopg.Connection) -> list[int]:
 
 
 class DeadlinePool(ConnectionPool):
-    """A pool whose waits for a connection also end at the request's deadline.
+    """A pool whose waits for a connection end at the request's deadline, and fail fast
+    while the database is down.
 
     ``deadline_var`` is set by the API's admission middleware and copied into the worker
     thread that runs a sync route, so every ``pool.connection()`` on the request path waits
     at most until the request must answer (a PoolTimeout, answered 503), never the pool's
-    own ``timeout`` after it.
+    own ``timeout`` after it. Once a connection attempt has failed (or a wait ran out) and no
+    checkout has succeeded since, a wait lasts at most ``_FAILING_WAIT_S``: through an outage
+    requests get their 503 at once instead of each holding a worker until its deadline.
     """
+
+    _failing = False
+    _errors_seen = 0
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection:
         wait = self.timeout if timeout is None else timeout
         deadline = deadline_var.get()
         if deadline is not None:
-            wait = max(0.0, min(wait, deadline - time.monotonic()))
-        conn: psycopg.Connection = super().getconn(timeout=wait)
+            wait = min(wait, deadline - time.monotonic())
+        errors = self.get_stats().get("connections_errors", 0)
+        if self._failing or errors > self._errors_seen:
+            wait = min(wait, _FAILING_WAIT_S)
+        try:
+            conn: psycopg.Connection = super().getconn(timeout=max(0.0, wait))
+        except PoolTimeout:
+            self._failing = True
+            raise
+        self._failing, self._errors_seen = False, errors
         return conn
 
 
@@ -154,6 +175,7 @@ def open_pool(
         kwargs=kwargs,
         timeout=timeout_s,
         check=ConnectionPool.check_connection,
+        reconnect_timeout=_RECONNECT_S,
     )
     try:
         pool.open(wait=True, timeout=15.0)
