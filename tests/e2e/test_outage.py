@@ -102,23 +102,24 @@ def wait_job(client: httpx.Client, token: str, job_id: str) -> dict:
     raise AssertionError(f"job {job_id} still running after {JOB_WAIT_S}s: {state}")
 
 
-def chunk_layout(url: str, tenant: str) -> list[tuple[str, int, int, str]]:
-    """(document, char span, text) of every chunk of the tenant's ``doc-*`` documents, each
-    with exactly one vector."""
+def chunk_layout(url: str, tenant: str) -> list[tuple[str, int, int, int, str]]:
+    """(document, level, char span, text) of every chunk of the tenant's ``doc-*`` documents;
+    each leaf (level 0) has exactly one vector."""
     where = " WHERE d.tenant_id = %s AND d.external_id LIKE 'doc-%%' AND c.version = d.current_version"
     with psycopg.connect(url) as conn:
         rows = conn.execute(
-            "SELECT d.external_id, c.char_start, c.char_end, c.text"
-            " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id" + where + " ORDER BY 1, 2, 3, 4",
+            "SELECT d.external_id, c.level, c.char_start, c.char_end, c.text"
+            " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id" + where + " ORDER BY 1, 2, 3, 4, 5",
             (tenant,),
         ).fetchall()
-        embedded_rows = conn.execute(
+        vectors = conn.execute(
             "SELECT count(*), count(DISTINCT e.chunk_row) FROM chunk_embeddings e"
             " JOIN chunks c ON c.chunk_row = e.chunk_row JOIN documents d ON d.doc_id = c.doc_id" + where,
             (tenant,),
         ).fetchone()
-    assert embedded_rows is not None and embedded_rows[0] == embedded_rows[1] == len(rows), embedded_rows
-    return [(r[0], r[1], r[2], r[3]) for r in rows]
+    leaves = sum(r[1] == 0 for r in rows)
+    assert vectors is not None and vectors[0] == vectors[1] == leaves, (vectors, leaves)
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
 
 class QueryLoop:
