@@ -107,6 +107,11 @@ class AdmissionGate:
             self._slots.release()
 
 
+@dataclass(frozen=True, slots=True)
+class _RouteName:
+    path: str
+
+
 class _Reply:
     """The downstream ``send``, which goes quiet once the deadline answered for the request."""
 
@@ -168,6 +173,8 @@ class AdmissionMiddleware:
                 await self.app(scope, receive, reply.send)
         except Shed as shed:
             metrics.SHED.labels(scope["path"], shed.reason).inc()
+            # Never routed: name the route for MetricsMiddleware, which labels by ``route.path``.
+            scope.setdefault("route", _RouteName(scope["path"]))
             await _refuse(reply.send, 503, "overloaded", "the server is at capacity, retry shortly")
 
     def _finished(self, task: asyncio.Task[None]) -> None:
