@@ -46,6 +46,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=30.0, help="client timeout (long: see the 'off' tail)")
     p.add_argument("--pause", type=float, default=5.0, help="idle seconds between rates (queues drain)")
     p.add_argument("--max-inflight", type=int, help="admission 'on' setting (default: the server's)")
+    p.add_argument("--max-queued", type=int, help="admission 'on' setting (default: the server's)")
+    p.add_argument("--queue-timeout-ms", type=int, help="admission 'on' setting (default: the server's)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -103,8 +105,9 @@ def main() -> None:
         "RAGLINE_AUDIT__RETRIEVES": "false",
     }
     on = dict(lifted)
-    if args.max_inflight is not None:
-        on["RAGLINE_API__MAX_INFLIGHT"] = str(args.max_inflight)
+    for name in ("max_inflight", "max_queued", "queue_timeout_ms"):
+        if getattr(args, name) is not None:
+            on[f"RAGLINE_API__{name.upper()}"] = str(getattr(args, name))
     with tempfile.TemporaryDirectory(prefix="ragline-overload-") as name:
         tmp = Path(name)
         with database(tmp) as url:
@@ -124,10 +127,11 @@ def main() -> None:
             }
             off_results = _measure(url, tmp, off_env, queries, token, args)
             on_results = _measure(url, tmp, on, queries, token, args)
+    settings = ", ".join(f"{k[13:].lower()} {v}" for k, v in on.items() if k.startswith("RAGLINE_API__"))
     print(
         f"\nhybrid retrieve, {args.chunks:,} chunks, poisson arrivals, {args.warmup:g}s warm-up +"
         f" {args.duration:g}s measured per rate, {os.cpu_count()} CPUs; admission on ="
-        f" max_inflight {on.get('RAGLINE_API__MAX_INFLIGHT', 'default')}"
+        f" {settings or 'the defaults'}"
     )
     headers = [
         "rate/s", "admission", "sent", "200", "shed 503", "other", "200 p50 ms", "200 p95 ms", "200/s",
@@ -138,11 +142,13 @@ def main() -> None:
         rows.append(_row("off", off, None))
         rows.append(_row("on", on_r, off))
     print_table(headers, rows)
-    odd = {
-        k: v for r in off_results + on_results for k, v in r.status_counts.items() if k not in ("200", "503")
-    }
+    odd: dict[str, int] = {}
+    for r in off_results + on_results:
+        for k, v in r.status_counts.items():
+            if k not in ("200", "503"):
+                odd[k] = odd.get(k, 0) + v
     if odd:
-        print(f"other outcomes: {odd}")
+        print(f"other outcomes, all rates: {odd}")
 
 
 if __name__ == "__main__":
