@@ -32,6 +32,7 @@ _MIGRATION_LOCK = 0x7261676C696E65
 _CONNECT_TIMEOUT_S = 5
 # While the database is down a wait for a connection lasts at most this long (DeadlinePool).
 _FAILING_WAIT_S = 0.5
+_WAIT_SLICE_S = 1.0
 # A failing reconnection is given up after this long (psycopg_pool's default: 5 minutes, its
 # backoff doubling to minutes between tries). Given up, the next request that needs a
 # connection starts a new attempt at once, so the pool is back within about a second of the
@@ -118,7 +119,10 @@ class DeadlinePool(ConnectionPool):
     at most until the request must answer (a PoolTimeout, answered 503), never the pool's
     own ``timeout`` after it. Once a connection attempt has failed (or a wait ran out) and no
     checkout has succeeded since, a wait lasts at most ``_FAILING_WAIT_S``: through an outage
-    requests get their 503 at once instead of each holding a worker until its deadline.
+    requests get their 503 at once instead of each holding a worker until its deadline. A
+    long wait is taken in slices of ``_WAIT_SLICE_S`` so one that began before the outage
+    was noticed is cut short too (each slice queues again: only waits over a second, i.e. an
+    exhausted pool, lose their place in line).
     """
 
     _failing = False
@@ -129,16 +133,22 @@ class DeadlinePool(ConnectionPool):
         deadline = deadline_var.get()
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
-        errors = self.get_stats().get("connections_errors", 0)
-        if self._failing or errors > self._errors_seen:
-            wait = min(wait, _FAILING_WAIT_S)
-        try:
-            conn: psycopg.Connection = super().getconn(timeout=max(0.0, wait))
-        except PoolTimeout:
-            self._failing = True
-            raise
-        self._failing, self._errors_seen = False, errors
-        return conn
+        end = time.monotonic() + max(0.0, wait)
+        while True:
+            errors = self.get_stats().get("connections_errors", 0)
+            failing = self._failing or errors > self._errors_seen
+            left = max(0.0, end - time.monotonic())
+            try:
+                conn: psycopg.Connection = super().getconn(
+                    timeout=min(left, _FAILING_WAIT_S if failing else _WAIT_SLICE_S)
+                )
+            except PoolTimeout:
+                if failing or time.monotonic() >= end - 0.001:
+                    self._failing = True
+                    raise
+                continue
+            self._failing, self._errors_seen = False, errors
+            return conn
 
 
 def open_pool(
