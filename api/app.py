@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
+from api.admission import AdmissionLimits, AdmissionMiddleware
 from api.docs import install_docs
 from api.errors import APP_ERRORS, error_responses, install_error_handlers
 from api.limits import KeyLimiter, KeyLimits
@@ -61,6 +62,17 @@ def key_limits(settings: Settings) -> KeyLimits:
     )
 
 
+def admission_limits(settings: Settings) -> AdmissionLimits:
+    """Admission control and the request deadline, from the one place their defaults live."""
+    api = settings.api
+    return AdmissionLimits(
+        max_inflight=api.max_inflight,
+        max_queued=api.max_queued,
+        queue_timeout_s=api.queue_timeout_ms / 1000,
+        request_timeout_s=api.request_timeout_ms / 1000,
+    )
+
+
 def create_app(
     settings: Settings, *, database_url: str | None = None, hooks: list[ServiceHook] | None = None
 ) -> FastAPI:
@@ -74,10 +86,21 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         configure_logging(settings.log_level)
         apply_migrations(url)
-        app.state.pool = open_pool(url, size=settings.db_pool_size)
+        # Waits for a connection end by the request's deadline. Only the read pool bounds its
+        # statements (at 80% of the deadline, so a stuck read ends in a 503 of its own and frees
+        # its worker): the main pool also serves the index watcher, whose catch-up reads of a
+        # large corpus may take longer than any request may.
+        deadline_s = settings.api.request_timeout_ms / 1000
+        app.state.pool = open_pool(url, size=settings.db_pool_size, timeout_s=deadline_s)
         # Single-statement reads of the query path (groups, catalog position, result details).
         app.state.read_pool = open_pool(
-            url, size=settings.db_pool_size, name="ragline-read", autocommit=True, min_size=2
+            url,
+            size=settings.db_pool_size,
+            name="ragline-read",
+            autocommit=True,
+            min_size=2,
+            timeout_s=deadline_s,
+            statement_timeout_ms=settings.api.request_timeout_ms * 4 // 5,
         )
         app.state.auth = KeyAuthenticator(
             app.state.pool, read_pool=app.state.read_pool, ttl_seconds=settings.api.key_cache_seconds
@@ -115,6 +138,8 @@ def create_app(
     app.state.database_url = url
     install_error_handlers(app)
     app.state.limiter = KeyLimiter(key_limits(settings))
+    # Inside the request context (the shed answer carries the request id), outside the routes.
+    app.add_middleware(AdmissionMiddleware, limits=admission_limits(settings))
     app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
     if settings.metrics.enabled:
         app.add_middleware(MetricsMiddleware)  # outermost: times the whole request

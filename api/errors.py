@@ -72,8 +72,9 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "internal error",
     ),
     503: (
-        "A service the request needs (the database, the search service) is not available;"
-        " retry after the Retry-After header's seconds.",
+        "A service the request needs (the database, the search service) is not available, the"
+        " server is at capacity (`overloaded`) or the request ran past its deadline"
+        " (`deadline_exceeded`); retry after the Retry-After header's seconds.",
         "unavailable",
         "the search service is not running",
     ),

@@ -11,20 +11,33 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from catalog import audit
+from core.context import deadline_var
 from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 # Arbitrary but fixed: the advisory lock key that serialises migrations.
 _MIGRATION_LOCK = 0x7261676C696E65
+# A connection attempt to a host that does not answer gives up after this long (libpq's own
+# default is to wait forever); a refused connection fails at once anyway.
+_CONNECT_TIMEOUT_S = 5
+# While the database is down a wait for a connection lasts at most this long (DeadlinePool).
+_FAILING_WAIT_S = 0.5
+_WAIT_SLICE_S = 1.0
+# A failing reconnection is given up after this long (psycopg_pool's default: 5 minutes, its
+# backoff doubling to minutes between tries). Given up, the next request that needs a
+# connection starts a new attempt at once, so the pool is back within about a second of the
+# database, never after a long backoff sleep.
+_RECONNECT_S = 2.0
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 
@@ -97,22 +110,82 @@ def applied_migrations(conn: psycopg.Connection) -> list[int]:
     return [r[0] for r in rows]
 
 
+class DeadlinePool(ConnectionPool):
+    """A pool whose waits for a connection end at the request's deadline, and fail fast
+    while the database is down.
+
+    ``deadline_var`` is set by the API's admission middleware and copied into the worker
+    thread that runs a sync route, so every ``pool.connection()`` on the request path waits
+    at most until the request must answer (a PoolTimeout, answered 503), never the pool's
+    own ``timeout`` after it. Once a connection attempt has failed (or a wait ran out) and no
+    checkout has succeeded since, a wait lasts at most ``_FAILING_WAIT_S``: through an outage
+    requests get their 503 at once instead of each holding a worker until its deadline. A
+    long wait is taken in slices of ``_WAIT_SLICE_S`` so one that began before the outage
+    was noticed is cut short too (each slice queues again: only waits over a second, i.e. an
+    exhausted pool, lose their place in line).
+    """
+
+    _failing = False
+    _errors_seen = 0
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection:
+        wait = self.timeout if timeout is None else timeout
+        deadline = deadline_var.get()
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+        end = time.monotonic() + max(0.0, wait)
+        while True:
+            errors = self.get_stats().get("connections_errors", 0)
+            failing = self._failing or errors > self._errors_seen
+            left = max(0.0, end - time.monotonic())
+            try:
+                conn: psycopg.Connection = super().getconn(
+                    timeout=min(left, _FAILING_WAIT_S if failing else _WAIT_SLICE_S)
+                )
+            except PoolTimeout:
+                if failing or time.monotonic() >= end - 0.001:
+                    self._failing = True
+                    raise
+                continue
+            self._failing, self._errors_seen = False, errors
+            return conn
+
+
 def open_pool(
-    conninfo: str, *, size: int, name: str = "ragline", autocommit: bool = False, min_size: int = 1
+    conninfo: str,
+    *,
+    size: int,
+    name: str = "ragline",
+    autocommit: bool = False,
+    min_size: int = 1,
+    timeout_s: float = 30.0,
+    statement_timeout_ms: int | None = None,
 ) -> ConnectionPool:
     """A started connection pool; fails fast with a clear message when the database is down.
 
     ``autocommit=True`` is for single-statement reads on the request path: each statement is
     its own snapshot and costs one round trip, where a transactional connection adds a BEGIN
-    and a COMMIT round trip to every checkout.
+    and a COMMIT round trip to every checkout. ``timeout_s`` bounds a wait for a connection
+    (and the request's deadline bounds it further, see :class:`DeadlinePool`);
+    ``statement_timeout_ms`` is set on every connection so no statement outlives a request.
+
+    Through a PostgreSQL outage the pool recovers by itself: a connection is checked (one
+    empty query) when handed out, so one the restart killed is replaced instead of failing a
+    request, and the pool's workers reconnect with backoff as long as it is down.
     """
-    pool = ConnectionPool(
+    kwargs: dict[str, object] = {"autocommit": autocommit, "connect_timeout": _CONNECT_TIMEOUT_S}
+    if statement_timeout_ms is not None:
+        kwargs["options"] = f"-c statement_timeout={statement_timeout_ms}"
+    pool = DeadlinePool(
         conninfo,
         min_size=min(min_size, size),
         max_size=size,
         name=name,
         open=False,
-        kwargs={"autocommit": autocommit},
+        kwargs=kwargs,
+        timeout=timeout_s,
+        check=ConnectionPool.check_connection,
+        reconnect_timeout=_RECONNECT_S,
     )
     try:
         pool.open(wait=True, timeout=15.0)

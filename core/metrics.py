@@ -66,6 +66,16 @@ SERVING_WARM = Histogram(
     ["method", "outcome"],
     buckets=FRESHNESS_BUCKETS,
 )
+SHED = Counter(
+    "ragline_requests_shed_total",
+    "Requests refused by admission control (503 overloaded), by route template and reason.",
+    ["route", "reason"],
+)
+DEADLINE_EXCEEDED = Counter(
+    "ragline_request_deadline_exceeded_total",
+    "Requests answered 503 deadline_exceeded because they ran past api.request_timeout_ms.",
+    ["route"],
+)
 RATE_LIMITED = Counter("ragline_rate_limited_total", "Requests refused with 429, by limit.", ["limit"])
 AUDIT_WRITTEN = Counter("ragline_audit_events_written_total", "Retrieve audit events written.")
 AUDIT_DROPPED = Counter(

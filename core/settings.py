@@ -49,6 +49,15 @@ class ApiSettings(Section):
     default_top_k: int = Field(8, ge=1, le=1000)
     max_query_chars: int = Field(2000, ge=16)
     key_cache_seconds: float = Field(1.0, ge=0.0, le=1.0)
+    # Admission control of the expensive routes (retrieve, push, console search): at most
+    # max_inflight at once, max_queued waiting up to queue_timeout_ms, the rest shed with 503
+    # ``overloaded``; max_inflight 0 turns it off. Sized for 2 cores (bench/overload.py).
+    max_inflight: int = Field(4, ge=0, le=10_000)
+    max_queued: int = Field(16, ge=0, le=100_000)
+    queue_timeout_ms: int = Field(500, ge=1)
+    # Every request answers by this deadline (pool waits and statements are bounded by it);
+    # one still running then gets 503 ``deadline_exceeded``. Health, metrics, uploads exempt.
+    request_timeout_ms: int = Field(10_000, ge=100)
 
     @model_validator(mode="after")
     def _default_top_k_within_max(self) -> ApiSettings:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from catalog import jobs as jobs_repo
 from index.embedder import Embedder, EmbeddingSpec
@@ -31,6 +32,33 @@ from jobs.ingest_job import Cancelled, JobContext, LeaseLost, run_inline, run_on
 from jobs.ray_runtime import ensure_ray
 
 log = logging.getLogger(__name__)
+
+# How long a job interrupted by a PostgreSQL outage is retried (backoff 0.5 s doubling to 5 s)
+# before the runner moves on; after that, its lease runs out and the idle tick resumes it.
+OUTAGE_RETRY_S = 300.0
+
+
+def database_down(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it, e.g. inside a Ray task error) is the database
+    going away: a refused connection, a backend killed by a restart, a pool timeout."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a cause chain, not a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, psycopg.OperationalError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _log_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    log.warning(
+        "job paused: the database is unavailable (%s); retry %d in %.1fs",
+        type(error).__name__,
+        state.attempt_number,
+        state.next_action.sleep if state.next_action is not None else 0.0,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,12 +204,29 @@ class IngestRunner:
                 if job_id is None:
                     return False
                 self._running.add(job_id)
-            try:
-                self._run_claimed(conn, job_id, None)
-            finally:
-                with self._claim_lock:
-                    self._running.discard(job_id)
-            return True
+        try:
+            self._run_through_outages(job_id)  # claims it again (same owner) and runs it
+        finally:
+            with self._claim_lock:
+                self._running.discard(job_id)
+        return True
+
+    def _run_through_outages(self, job_id: uuid.UUID) -> None:
+        """Run the job; through a database outage, pause and run it again when it returns.
+
+        A rerun is safe: it claims the job again (the same owner may), and every item commits
+        in its own transaction that re-checks the item is still pending, so an item committed
+        before the outage is neither lost nor written twice, and one cut off mid-way rolled back.
+        """
+        for attempt in Retrying(
+            retry=retry_if_exception(database_down),
+            wait=wait_exponential(multiplier=0.5, max=5.0),
+            stop=stop_after_delay(OUTAGE_RETRY_S),
+            before_sleep=_log_retry,
+            reraise=True,
+        ):
+            with attempt:
+                self.run_job(job_id)
 
     def run_job(
         self, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None = None, *, force: bool = False
@@ -214,6 +259,8 @@ class IngestRunner:
                 log.warning("job %s: another worker took it over; stopping here", job_id)
                 return None
             except Exception as exc:  # recorded on the job; pending items stay resumable
+                if database_down(exc):
+                    raise  # not the job's fault: it pauses and runs again (see above)
                 log.exception("job %s failed", job_id)
                 error = f"{type(exc).__name__}: {exc}"[:500]
         state = jobs_repo.finish_job(conn, job_id=job_id, error=error)

@@ -30,7 +30,11 @@ def full_settings(db_url: str, tmp_path: Path, **overrides: object) -> Settings:
 @pytest.fixture
 def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
     """The whole API (ingest runner without Ray, search service) on the session's model."""
-    settings = full_settings(db_url, tmp_path)
+    yield from serving_client(full_settings(db_url, tmp_path), embedder)
+
+
+def serving_client(settings: Settings, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    """``full_client`` with other settings (use it as a fixture body: ``yield from``)."""
     hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
     app = create_app(settings, hooks=hooks)
     with TestClient(app) as client:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 from catalog import indexes
 from jobs.rebuild_job import rebuild
 from tests import factories
-from tests.integration.api.conftest import make_key, wait_job
+from tests.integration.api.conftest import full_settings, make_key, serving_client, wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -24,6 +25,14 @@ WORDS = "orbit comet nebula galaxy quasar pulsar meteor asteroid planet moon sta
 
 def _rows_of(path: Path) -> set[int]:
     return {int(r) for f in path.rglob("row_ids.npy") if "lexical" not in f.parts for r in np.load(f)}
+
+
+@pytest.fixture
+def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    """The whole API without admission control: 16 closed-loop clients on a busy 2-core
+    machine would otherwise see some 503 ``overloaded`` (shedding is tested in
+    tests/e2e/test_overload.py); this test is about swaps, every answer must be a 200."""
+    yield from serving_client(full_settings(db_url, tmp_path, api={"max_inflight": 0}), embedder)
 
 
 def test_swaps_under_concurrent_load(full_client: TestClient, db_url: str, tmp_path: Path) -> None:

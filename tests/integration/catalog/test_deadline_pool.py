@@ -1,0 +1,58 @@
+"""``DeadlinePool``: a wait for a connection ends at the request's deadline, not the pool's
+30 s timeout, and shrinks to a fraction of a second once the database is found down."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+
+import pytest
+from psycopg_pool import PoolTimeout
+
+from catalog.db import DeadlinePool, open_pool
+from core.context import deadline_var
+
+pytestmark = pytest.mark.integration
+
+
+def _waited(exc: PoolTimeout) -> float:
+    """The wait the pool reports in its message ("couldn't get a connection after 0.20 sec")."""
+    match = re.search(r"after ([0-9.]+) sec", str(exc))
+    assert match, str(exc)
+    return float(match.group(1))
+
+
+def test_a_wait_for_a_connection_ends_at_the_request_deadline(db_url: str) -> None:
+    pool = open_pool(db_url, size=1, timeout_s=30.0)
+    try:
+        with pool.connection():  # the only connection is busy
+            token = deadline_var.set(time.monotonic() + 0.2)
+            try:
+                with pytest.raises(PoolTimeout) as caught:
+                    pool.getconn()
+            finally:
+                deadline_var.reset(token)
+        assert _waited(caught.value) <= 0.2
+        with pool.connection() as conn:  # and the pool is fine afterwards
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        pool.close()
+
+
+def test_waits_fail_fast_while_the_database_is_down() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pool = DeadlinePool(
+        f"postgresql://nobody@127.0.0.1:{port}/none", min_size=1, max_size=1, open=False, timeout=30.0
+    )
+    pool.open(wait=False)
+    try:
+        with pytest.raises(PoolTimeout) as first:
+            pool.getconn(timeout=3.0)  # the pool's own attempt fails meanwhile
+        with pytest.raises(PoolTimeout) as second:
+            pool.getconn()  # now known down: no 30 s wait
+        assert _waited(first.value) <= 3.0 and _waited(second.value) <= 0.5
+    finally:
+        pool.close()
