@@ -10,7 +10,9 @@ rate is the fair baseline). The raw baseline encodes the same chunk texts in bat
 ``reembed.batch_chunks`` with ``reembed.threads`` threads, as the migration does. Queries go
 through the whole API in-process (TestClient), one at a time, each text new (no cache hits),
 while the migration runs in a
-background thread (``--ray``: on a niced Ray actor in another process, as in production).
+background thread (``--ray``: on a Ray actor in another process, as in production), and idle
+again after the swap. "During" counts only the queries sent while the backfill embedded (the
+job reports that window); the idle baseline is the queries before and after the migration.
 """
 
 from __future__ import annotations
@@ -186,6 +188,14 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
             timed.append(_query(client, headers, f"{queries[i % len(queries)]} m{i}"))
             i += 1
         worker.join()
+        # Idle again after the swap: the baseline brackets the migration in time, so a load
+        # change from other jobs on a shared machine shows up as before/after disagreeing.
+        after: list[float] = []
+        time.sleep(5.0)  # the servers load the new version (and its query model) after the swap
+        t0 = time.perf_counter()
+        for i in range(args.queries):
+            _paced(args.qps, t0, i)
+            after.append(_query(client, headers, f"{queries[i % len(queries)]} a{i}")[1])
     with psycopg.connect(url) as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
     report = dict(job.params["report"]) if job else {}
@@ -198,12 +208,14 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
     if not during:
         raise SystemExit("bench.reembed: no query ran while the backfill embedded (more --docs?)")
     shown = {k: v for k, v in backfill.items() if k != "embedding_window"}
+    idle = idle + after
     print(
         f"\nmigration: {states[0]}; backfill {shown};"
         f" embedded on {'a Ray actor' if args.ray else 'a thread of this process'}"
         f"\nduring = the {len(during)} of {len(timed)} queries sent while the backfill embedded"
         f" ({window[1] - window[0]:.1f} s; the rest ran during start-up, build and gate);"
-        f" idle = {len(idle)} queries before it started; both at {args.qps:g} qps."
+        f" idle = {len(idle)} queries before it started and {len(after)} after the swap"
+        f" (p95 {_p(idle, 0.95):.1f} / {_p(after, 0.95):.1f} ms); all at {args.qps:g} qps."
         f"\nchunks/s = backfill vectors written per second of embedding; baseline = raw"
         f" model.encode of the same texts at normal priority in this process, same threads and batch."
     )
