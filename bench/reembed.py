@@ -208,7 +208,6 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
     if not during:
         raise SystemExit("bench.reembed: no query ran while the backfill embedded (more --docs?)")
     shown = {k: v for k, v in backfill.items() if k != "embedding_window"}
-    idle = idle + after
     print(
         f"\nmigration: {states[0]}; backfill {shown};"
         f" embedded on {'a Ray actor' if args.ray else 'a thread of this process'}"
@@ -219,6 +218,7 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
         f"\nchunks/s = backfill vectors written per second of embedding; baseline = raw"
         f" model.encode of the same texts at normal priority in this process, same threads and batch."
     )
+    idle = idle + after
     print_table(
         ["measure", "value", "baseline (same run)", "ratio", "goal"],
         [
