@@ -99,10 +99,11 @@ import os, sys, threading
 from jobs.reembed_backfill import Demoter, Isolation
 stop = threading.Event()
 threading.Thread(target=stop.wait, daemon=True).start()  # a thread older than the demotion
-demoter = Demoter(Isolation(priority=sys.argv[1], nice=7, threads=1), whole_process=True)
+demoter = Demoter(Isolation(priority=sys.argv[1], nice=7, threads=1, cpus=(0,)), whole_process=True)
 threading.Thread(target=stop.wait, daemon=True).start()  # started after: inherits it
 demoter.again()
 tids = [int(t) for t in os.listdir("/proc/self/task")]
+assert all(os.sched_getaffinity(t) == {0} for t in tids)  # reembed.cpus pins every thread
 print(len(tids), *sorted({(os.sched_getscheduler(t), os.getpriority(os.PRIO_PROCESS, t)) for t in tids}))
 """
 
