@@ -10,7 +10,9 @@ rate is the fair baseline). The raw baseline encodes the same chunk texts in bat
 ``reembed.batch_chunks`` with ``reembed.threads`` threads, as the migration does. Queries go
 through the whole API in-process (TestClient), one at a time, each text new (no cache hits),
 while the migration runs in a
-background thread (``--ray``: on a niced Ray actor in another process, as in production).
+background thread (``--ray``: on a Ray actor in another process, as in production), and idle
+again after the swap. "During" counts only the queries sent while the backfill embedded (the
+job reports that window); the idle baseline is the queries before and after the migration.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--ray", action="store_true", help="embed on a Ray actor (another process), as in production"
     )
+    p.add_argument(
+        "--priority", choices=("idle", "nice"), help="override reembed.priority (default: the setting)"
+    )
     return p.parse_args(argv)
 
 
@@ -100,12 +105,13 @@ def _paced(qps: float, started: float, i: int) -> None:
         time.sleep(max(0.0, started + i / qps - time.perf_counter()))
 
 
-def _query(client: Any, headers: dict[str, str], text: str) -> float:
-    t = time.perf_counter()
+def _query(client: Any, headers: dict[str, str], text: str) -> tuple[float, float]:
+    """(wall-clock start, latency in ms) of one ``/v1/retrieve``."""
+    at, t = time.time(), time.perf_counter()
     r = client.post("/v1/retrieve", json={"query": text, "top_k": 8}, headers=headers)
     if r.status_code != 200:
         raise SystemExit(f"bench.reembed: /v1/retrieve answered {r.status_code}: {r.text[:200]}")
-    return (time.perf_counter() - t) * 1000
+    return at, (time.perf_counter() - t) * 1000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,6 +140,7 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
         database_url=url,
         log_level="WARNING",
         index={"maintenance_seconds": 0, "poll_seconds": 0.5},
+        reembed={"priority": args.priority} if args.priority else {},
     )
     embedder = load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size)
     _ingest(settings, url, embedder, items)
@@ -146,7 +153,8 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
     r = settings.reembed
     print(
         f"corpus: {len(items)} documents, {len(texts)} leaf chunks; target {target}"
-        f" (threads {r.threads}, batch {r.batch_chunks})"
+        f" (priority {r.priority}, nice {r.nice}, threads {r.threads}, cpus {r.cpus or 'all'},"
+        f" batch {r.batch_chunks})"
     )
     raw_model = load_embedder(target, device="cpu", batch_size=r.batch_chunks, threads=r.threads)
     t = time.perf_counter()
@@ -162,32 +170,55 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
         for q in queries[:10]:  # warm-up
             _query(client, headers, q)
         # Every query text is new (a counter word), so the query-embedding cache never answers.
-        idle, t0 = [], time.perf_counter()
+        idle: list[float] = []
+        t0 = time.perf_counter()
         for i in range(args.queries):
             _paced(args.qps, t0, i)
-            idle.append(_query(client, headers, f"{queries[i % len(queries)]} q{i}"))
+            idle.append(_query(client, headers, f"{queries[i % len(queries)]} q{i}")[1])
         config = reembed_config(settings, url, ReembedArgs(model=target), actor="bench", use_ray=args.ray)
         config = replace(config, build=replace(config.build, n_shards=settings.index.shards))
         job_id = start_reembed(url, config)
         states: list[str | None] = []
         worker = threading.Thread(target=lambda: states.append(run_reembed(url, job_id, config)))
         worker.start()
-        during: list[float] = []
+        timed: list[tuple[float, float]] = []
         i, t0 = 0, time.perf_counter()
         while worker.is_alive():
             _paced(args.qps, t0, i)
-            during.append(_query(client, headers, f"{queries[i % len(queries)]} m{i}"))
+            timed.append(_query(client, headers, f"{queries[i % len(queries)]} m{i}"))
             i += 1
         worker.join()
+        # Idle again after the swap: the baseline brackets the migration in time, so a load
+        # change from other jobs on a shared machine shows up as before/after disagreeing.
+        after: list[float] = []
+        time.sleep(5.0)  # the servers load the new version (and its query model) after the swap
+        t0 = time.perf_counter()
+        for i in range(args.queries):
+            _paced(args.qps, t0, i)
+            after.append(_query(client, headers, f"{queries[i % len(queries)]} a{i}")[1])
     with psycopg.connect(url) as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
     report = dict(job.params["report"]) if job else {}
     backfill = report.get("backfill", {})
     rate = float(backfill.get("chunks_per_s", 0.0))
+    # "During" is only while the backfill embeds (the job's own window: actor start-up, the
+    # index build and the gate are excluded; they are not the backfill's cost to serving).
+    window = backfill.get("embedding_window") or (0.0, 0.0)
+    during = [ms for at, ms in timed if window[0] <= at <= window[1]]
+    if not during:
+        raise SystemExit("bench.reembed: no query ran while the backfill embedded (more --docs?)")
+    shown = {k: v for k, v in backfill.items() if k != "embedding_window"}
     print(
-        f"\nmigration: {states[0]}; backfill {backfill};"
+        f"\nmigration: {states[0]}; backfill {shown};"
         f" embedded on {'a Ray actor' if args.ray else 'a thread of this process'}"
+        f"\nduring = the {len(during)} of {len(timed)} queries sent while the backfill embedded"
+        f" ({window[1] - window[0]:.1f} s; the rest ran during start-up, build and gate);"
+        f" idle = {len(idle)} queries before it started and {len(after)} after the swap"
+        f" (p95 {_p(idle, 0.95):.1f} / {_p(after, 0.95):.1f} ms); all at {args.qps:g} qps."
+        f"\nchunks/s = backfill vectors written per second of embedding; baseline = raw"
+        f" model.encode of the same texts at normal priority in this process, same threads and batch."
     )
+    idle = idle + after
     print_table(
         ["measure", "value", "baseline (same run)", "ratio", "goal"],
         [

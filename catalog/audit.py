@@ -92,3 +92,34 @@ def collect_garbage(conn: psycopg.Connection, *, retention_seconds: float) -> in
         "SELECT audit_log_gc(make_interval(secs => %s))", (float(retention_seconds),)
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedQuery:
+    """A retrieve whose text the audit stored (``audit.store_query_text``), and who asked it."""
+
+    tenant_id: str
+    principal_id: str  # searched as: the delegated end user when a key acted for one
+    query: str
+    filtered: bool  # the request carried document filters
+
+
+# Retrieves read back (newest first) to find the distinct ones: bounds the scan of a large log.
+_SCAN_PER_QUERY = 20
+
+
+def recent_queries(conn: psycopg.Connection, *, limit: int) -> list[LoggedQuery]:
+    """The last ``limit`` distinct (tenant, principal, text) retrieves with stored text, newest first."""
+    with conn.cursor(row_factory=class_row(LoggedQuery)) as cur:
+        return cur.execute(
+            "WITH recent AS ("
+            "  SELECT seq, tenant_id, coalesce(details->>'on_behalf_of', actor) AS principal_id,"
+            "         details->>'query' AS query,"
+            "         coalesce(details->'filters', '{}'::jsonb) <> '{}'::jsonb AS filtered"
+            "  FROM audit_log WHERE action = 'retrieve' AND tenant_id IS NOT NULL AND details ? 'query'"
+            "  ORDER BY seq DESC LIMIT %(scan)s),"
+            " latest AS (SELECT DISTINCT ON (tenant_id, principal_id, query) * FROM recent"
+            "  ORDER BY tenant_id, principal_id, query, seq DESC)"
+            " SELECT tenant_id, principal_id, query, filtered FROM latest ORDER BY seq DESC LIMIT %(limit)s",
+            {"scan": limit * _SCAN_PER_QUERY, "limit": limit},
+        ).fetchall()

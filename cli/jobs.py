@@ -234,7 +234,7 @@ def _jobs_resume(args: argparse.Namespace) -> int:
     if job is not None and job.kind == "reembed":  # a model migration resumes its backfill
         from cli.reembed import run_job
 
-        state = run_job(settings, _url(settings), str(args.job_id), use_ray=True, force_claim=True)
+        state = run_job(settings, _url(settings), str(args.job_id), use_ray=None, force_claim=True)
         print(state or "not resumable (finished, or held by a live worker)")
         return 0 if state else 1
     runner = make_runner(settings, _url(settings))

@@ -41,8 +41,11 @@ def _actor() -> str:
     return f"operator:{getpass.getuser()}"
 
 
-def run_job(settings: Settings, url: str, job_id: str, *, use_ray: bool, force_claim: bool) -> str | None:
-    """Run (or resume) a migration job here, with a progress bar; the args come from the job."""
+def run_job(
+    settings: Settings, url: str, job_id: str, *, use_ray: bool | None, force_claim: bool
+) -> str | None:
+    """Run (or resume) a migration job here, with a progress bar; the args come from the job
+    (``use_ray`` None: ``reembed.use_ray``)."""
     import uuid
 
     import psycopg
@@ -81,7 +84,7 @@ def _reembed(args: argparse.Namespace) -> int:
     settings = get_settings()
     url = migrated_url(settings)
     if args.resume:
-        state = run_job(settings, url, args.resume, use_ray=not args.no_ray, force_claim=True)
+        state = run_job(settings, url, args.resume, use_ray=False if args.no_ray else None, force_claim=True)
         return _report(url, args.resume, state)
     reembed_args = ReembedArgs(
         model=args.model,
@@ -94,7 +97,12 @@ def _reembed(args: argparse.Namespace) -> int:
         force=args.force,
     )
     config = reembed_config(
-        settings, url, reembed_args, actor=_actor(), tenant_id=args.tenant, use_ray=not args.no_ray
+        settings,
+        url,
+        reembed_args,
+        actor=_actor(),
+        tenant_id=args.tenant,
+        use_ray=False if args.no_ray else None,
     )
     job_id = str(start_reembed(url, config))
     print(f"job {job_id}: migrating to {config.target.model_name}", file=sys.stderr)
@@ -104,11 +112,11 @@ def _reembed(args: argparse.Namespace) -> int:
         cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", args.model, "--resume", job_id]
         with log.open("ab") as out:
             subprocess.Popen(
-                cmd + (["--no-ray"] if args.no_ray else []), stdout=out, stderr=out, start_new_session=True
+                cmd + ([] if config.use_ray else ["--no-ray"]), stdout=out, stderr=out, start_new_session=True
             )
         print(f"{job_id}\trunning (follow it: ragline jobs show {job_id}; log {log})")
         return 0
-    state = run_job(settings, url, job_id, use_ray=not args.no_ray, force_claim=False)
+    state = run_job(settings, url, job_id, use_ray=config.use_ray, force_claim=False)
     return _report(url, job_id, state)
 
 

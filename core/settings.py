@@ -207,16 +207,25 @@ class ReembedSettings(Section):
 
     batch_chunks: int = Field(256, ge=1, le=100_000)  # chunks per embed call and commit
     actors: int = Field(1, ge=1, le=256)  # embedding actors (one GPU each when there are GPUs)
-    # Isolation from serving: each actor (or the inline thread) runs at this niceness with
-    # this many intra-op threads, so background embedding yields the CPU to queries.
+    # Isolation from serving: "idle" runs every thread of each actor (or the inline thread)
+    # under SCHED_IDLE (it gets a core only when nothing else wants it), "nice" at ``nice``;
+    # both with ``threads`` intra-op threads (and OMP/MKL threads in the actors), optionally
+    # pinned to ``cpus``. Falls back to ``nice`` where SCHED_IDLE is unavailable (not Linux).
+    priority: Literal["idle", "nice"] = "idle"
     nice: int = Field(10, ge=0, le=19)
     threads: int = Field(1, ge=1, le=256)
+    cpus: list[int] | None = None  # CPU ids the backfill may use (sched_setaffinity); None: all
+    # Embed on Ray actors (API, schedules, `jobs resume`); False: in the migration's own
+    # process, as `ragline reembed --no-ray` (small deployments without a Ray cluster).
+    use_ray: bool = True
     recall_floor: float = Field(0.95, ge=0.0, le=1.0)  # ANN recall@10 vs exact, per version
     recall_sample: int = Field(200, ge=1, le=100_000)  # stored vectors used as queries
     gate_tolerance: float = Field(0.01, ge=0.0, le=1.0)  # allowed nDCG@10 drop vs live
     gate_tenant: str | None = None  # the tenant holding the gate dataset's corpus
     gate_mode: Literal["dense", "hybrid"] = "dense"  # the search mode the gate compares
-    query_sample: int = Field(200, ge=1, le=100_000)  # lines of the query file answered by both
+    # Sample queries answered by both: query-file lines, or (audit.store_query_text, no file) the
+    # last distinct audited retrieves, each as its own principal.
+    query_sample: int = Field(200, ge=1, le=100_000)
     # Budgets the two versions (and two query models) must fit together; None: not checked.
     ram_budget_bytes: int | None = Field(None, ge=0)
     disk_budget_bytes: int | None = Field(None, ge=0)

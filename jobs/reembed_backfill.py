@@ -1,9 +1,10 @@
 """The backfill of a model migration: target vectors for every live chunk still lacking one.
 
 Embeds in batches on Ray actors (one GPU each when the cluster has GPUs, else CPU actors) or
-inline in the job's thread, always at lower priority (``nice`` and few intra-op threads) so
-serving keeps the CPU, and commits every batch: a killed job resumes with the chunks still
-missing and never re-embeds a committed one. Re-chunking (``jobs.rechunk``) runs here too.
+inline on a thread of the job's process, always at lower priority (``Isolation``: SCHED_IDLE
+or ``nice`` for every thread of an actor, few intra-op threads) so serving keeps the CPU, and
+commits every batch: a killed job resumes with the chunks still missing and never re-embeds a
+committed one. Re-chunking (``jobs.rechunk``) runs here too.
 """
 
 from __future__ import annotations
@@ -13,21 +14,25 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import psycopg
 
 from catalog import reembed as reembed_repo
 from index.embedder import Embedder, EmbeddingSpec
+from index.tokens import TokenCounter
 from ingest.pipeline import ChunkingConfig
 from jobs.ray_runtime import ensure_ray
 from jobs.rechunk import RechunkCounts, rechunk_pass
 from retrieve.delta import lexical_text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class BackfillSettings(Protocol):
@@ -44,9 +49,13 @@ class BackfillSettings(Protocol):
     @property
     def actors(self) -> int: ...
     @property
+    def priority(self) -> Priority: ...
+    @property
     def nice(self) -> int: ...
     @property
     def threads(self) -> int: ...
+    @property
+    def cpus(self) -> tuple[int, ...] | None: ...
     @property
     def use_ray(self) -> bool: ...
     @property
@@ -55,31 +64,122 @@ class BackfillSettings(Protocol):
     def data_dir(self) -> Path: ...
 
 
-def lower_priority(nice: int, threads: int) -> None:
-    """Run this thread at ``nice`` (Linux niceness is per thread) with ``threads`` torch threads."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
-        log.warning("could not lower the migration's priority to nice %d", nice)
-    try:
-        import torch
+Priority = Literal["idle", "nice"]
 
-        torch.set_num_threads(threads)
-    except ImportError:
-        pass
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """How the backfill yields the CPU to serving (``reembed.priority``, ``nice``, ``threads``, ``cpus``)."""
+
+    priority: Priority
+    nice: int
+    threads: int
+    cpus: tuple[int, ...] | None = None
+
+
+def _demote(tid: int, iso: Isolation) -> None:
+    """One thread: SCHED_IDLE (runs only on a core nothing else wants) or ``nice``; ``cpus``."""
+    if iso.priority == "idle":
+        try:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):  # not Linux: fall back to the niceness
+            iso = dataclasses.replace(iso, priority="nice")
+    if iso.priority == "nice":
+        os.setpriority(os.PRIO_PROCESS, tid, iso.nice)  # Linux niceness is per thread
+    if iso.cpus:
+        os.sched_setaffinity(tid, iso.cpus)
+
+
+def _threads_of_this_process() -> list[int]:
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no procfs: this thread only
+        return [threading.get_native_id()]
+
+
+class Demoter:
+    """Demotes threads once each: the calling thread, or every thread of the process (a Ray
+    actor is its own process, so its gRPC and worker threads, and the torch and OpenMP pools
+    it starts later, are demoted too; ``again`` catches threads started since)."""
+
+    def __init__(self, iso: Isolation, *, whole_process: bool) -> None:
+        self.iso, self.whole_process = iso, whole_process
+        self._done: set[int] = set()
+        self._warned = False
+        try:
+            import torch
+
+            torch.set_num_threads(iso.threads)
+        except ImportError:
+            pass
+        self.again()
+
+    def again(self) -> None:
+        tids = _threads_of_this_process() if self.whole_process else [threading.get_native_id()]
+        for tid in tids:
+            if tid in self._done:
+                continue
+            try:
+                _demote(tid, self.iso)
+            except (AttributeError, OSError):  # not allowed, or the thread ended: run as it is
+                if not self._warned:
+                    log.warning("could not lower the migration's priority (%s)", self.iso)
+                    self._warned = True
+            self._done.add(tid)
+
+
+def lower_priority(iso: Isolation) -> Demoter:
+    """Run this thread (and the threads it starts) at the migration's lower priority."""
+    return Demoter(iso, whole_process=False)
+
+
+class _Lane:
+    """One demoted thread of this process for the inline backfill, so the caller's thread (an
+    API worker, the CLI, a test) keeps its own priority after the migration."""
+
+    def __init__(self, iso: Isolation) -> None:
+        self._pool = ThreadPoolExecutor(
+            1, thread_name_prefix="reembed-embed", initializer=lower_priority, initargs=(iso,)
+        )
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return self._pool.submit(fn, *args).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class _LaneEmbedder:
+    """An ``Embedder`` whose encodes run on the demoted lane (tokenizer counts stay here)."""
+
+    def __init__(self, inner: Embedder, lane: _Lane) -> None:
+        self.inner, self.lane = inner, lane
+        self.model_name, self.dim, self.max_tokens = inner.model_name, inner.dim, inner.max_tokens
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.lane.call(self.inner.embed, texts)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        return self.inner.token_counter
 
 
 class _EmbedActor:
-    """A Ray actor embedding migration batches at lower priority (one GPU each when present)."""
+    """A Ray actor embedding migration batches with every thread demoted (one GPU each when present)."""
 
-    def __init__(self, spec: EmbeddingSpec, nice: int) -> None:
-        lower_priority(nice, spec.threads or 1)
+    def __init__(self, spec: EmbeddingSpec, iso: Isolation) -> None:
+        self.demoter = Demoter(iso, whole_process=True)
         self.embedder = spec.load()
+        self.demoter.again()
 
     def ready(self) -> bool:
         return True
 
     def embed(self, rows: list[int], texts: list[str]) -> tuple[list[int], np.ndarray]:
+        self.demoter.again()  # a pool thread started since the last batch (cheap: one listdir)
         return rows, self.embedder.embed(texts)
 
 
@@ -106,7 +206,12 @@ class Backfill:
         self.config = config
         self.encoded = 0  # texts this process sent to a model (the crash test counts them)
         self.startup_seconds = 0.0  # loading the model (and starting the actors)
+        # Wall-clock (epoch) start and end of the last run's embedding, start-up excluded: the
+        # window a benchmark compares serving latency in.
+        self.embedding_window: tuple[float, float] | None = None
+        self._began = 0.0
         self._embedder: Embedder | None = None
+        self._lane: _Lane | None = None
         self._pool: Any = None
         self._actors: list[Any] = []
 
@@ -114,15 +219,19 @@ class Backfill:
         self._skipped: set[int] = set()
         self._others: dict[str, Embedder] = {}
 
+    def _isolation(self) -> Isolation:
+        c = self.config
+        return Isolation(priority=c.priority, nice=c.nice, threads=c.threads, cpus=c.cpus)
+
     def _spec(self) -> EmbeddingSpec:
         return dataclasses.replace(self.config.target, threads=self.config.threads)
 
     def target_embedder(self) -> Embedder:
-        """The target model in this thread (inline path, re-chunking), at lower priority."""
+        """The target model in this process (inline path, re-chunking), encoding on a demoted thread."""
         if self._embedder is None:
             started = time.monotonic()
-            lower_priority(self.config.nice, self.config.threads)
-            self._embedder = self._spec().load()
+            self._lane = self._lane or _Lane(self._isolation())
+            self._embedder = _LaneEmbedder(self._lane.call(self._spec().load), self._lane)
             self.startup_seconds += time.monotonic() - started
         return self._embedder
 
@@ -161,7 +270,7 @@ class Backfill:
     def run(self, conn: psycopg.Connection, on_batch: Callable[[int], None]) -> int:
         """One pass over the missing chunks; returns how many vectors were written."""
         batches = _batches(conn, self.config.target.model_name, self.config.batch_chunks)
-        written = 0
+        written, self._began = 0, 0.0
         for rows, vectors in self._embedded(batches):
             with conn.transaction():
                 new = reembed_repo.write_vectors(
@@ -169,12 +278,15 @@ class Backfill:
                 )
             written += new
             on_batch(new)
+        if self._began:
+            self.embedding_window = (self._began, time.time())
         return written
 
     def _embedded(self, batches: Iterator[Batch]) -> Iterator[Embedded]:
         if not self.config.use_ray:
             embedder = self.target_embedder()
             for rows, texts in batches:
+                self._began = self._began or time.time()
                 self.encoded += len(texts)
                 yield rows, embedder.embed(texts)
             return
@@ -193,6 +305,7 @@ class Backfill:
             self._pool = ActorPool(self._actors)
         pool, in_flight, limit = self._pool, 0, 2 * len(self._actors)
         for rows, texts in batches:
+            self._began = self._began or time.time()
             self.encoded += len(texts)
             pool.submit(lambda a, b: a.embed.remote(*b), (rows, texts))
             in_flight += 1
@@ -212,11 +325,19 @@ class Backfill:
         spec = self._spec()
         if gpus:
             spec = dataclasses.replace(spec, device="cuda")
-        remote = ray.remote(num_cpus=0 if gpus else 1, num_gpus=1 if gpus else 0)(_EmbedActor)
+        # OpenMP/MKL read their pool sizes at import: set them in the actor's environment.
+        threads = str(self.config.threads)
+        env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        remote = ray.remote(
+            num_cpus=0 if gpus else 1, num_gpus=1 if gpus else 0, runtime_env={"env_vars": env}
+        )(_EmbedActor)
         count = min(self.config.actors, gpus) if gpus else self.config.actors
-        return [remote.remote(spec, self.config.nice) for _ in range(count)]
+        return [remote.remote(spec, self._isolation()) for _ in range(count)]
 
     def close(self) -> None:
+        if self._lane is not None:
+            self._lane.close()
+            self._lane, self._embedder = None, None
         if self._pool is not None:
             import ray
 

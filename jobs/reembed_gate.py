@@ -6,7 +6,8 @@
    the shard's own stored vectors as queries;
 3. retrieval quality (when a BEIR-layout dataset is configured): nDCG@10 of the target
    minus the live version, both through the real search path;
-4. a sample of real queries answered by both: the mean top-10 overlap.
+4. a sample of real queries answered by both, each with its own principal's ACL (a query
+   file, or the last retrieves of the audit log when it stores query text): the top-10 overlap.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from typing import Any, Literal
 import numpy as np
 import psycopg
 
-from authz.acl import AclFilter
+from authz.acl import AclFilter, build_acl_filter
+from authz.principals import Principal
+from catalog import audit
+from catalog import principals as principals_repo
 from catalog.indexes import VersionRow
 from core.beir import load_beir
 from index.builder import load_version
@@ -32,6 +36,8 @@ from retrieve.service import RetrieveRequest, SearchService
 K = 10
 GATE_READER = "service:reembed-gate"
 
+# An ACL filter and a query text, answered by both versions.
+SampleQuery = tuple[AclFilter, str]
 # Opens a search service over one index version (by id) for the length of the block.
 SearchOpener = Callable[[str], AbstractContextManager[SearchService]]
 
@@ -46,6 +52,7 @@ class GateConfig:
     mode: Literal["dense", "hybrid"]
     query_file: Path | None
     query_sample: int
+    audit_queries: bool  # no query file: sample the audit log's retrieves (audit.store_query_text)
 
 
 def completeness(conn: psycopg.Connection, target: VersionRow, *, live_chunks: int) -> dict[str, Any]:
@@ -153,16 +160,61 @@ def read_query_file(path: Path, limit: int) -> list[tuple[str, frozenset[str], s
     return out
 
 
-def query_overlap(live: SearchService, target: SearchService, config: GateConfig) -> dict[str, Any] | None:
-    """Mean top-10 overlap (shared documents / 10) of the operator's sample queries."""
-    if config.query_file is None:
+def _audited_queries(conn: psycopg.Connection, limit: int) -> tuple[list[SampleQuery], int]:
+    """The last retrieves from the audit log, each with the ACL of the principal who asked it.
+
+    The filter is built as the search path builds it (``build_acl_filter`` over the principal
+    with its groups read now), so a sample query never sees more than its principal may read
+    today. Queries that carried document filters are skipped (counted), not widened.
+    """
+    logged = audit.recent_queries(conn, limit=limit)
+    out: list[SampleQuery] = []
+    for q in logged:
+        if q.filtered:
+            continue
+        groups = principals_repo.groups_of(conn, tenant_id=q.tenant_id, principal_id=q.principal_id)
+        principal = Principal(
+            tenant_id=q.tenant_id,
+            principal_id=q.principal_id,
+            groups=groups,
+            roles=frozenset({"query"}),
+            key_id=GATE_READER,
+        )
+        out.append((build_acl_filter(principal), q.query))
+    conn.commit()
+    return out, len(logged) - len(out)
+
+
+def query_overlap(
+    live: SearchService, target: SearchService, config: GateConfig, conn: psycopg.Connection
+) -> dict[str, Any] | None:
+    """Mean top-10 overlap (shared documents / 10) of sample queries answered by both versions:
+    the operator's query file, else (``audit.store_query_text``) the last logged retrieves.
+
+    Only counts are reported: never a query's text, principal or results.
+    """
+    skipped = 0
+    if config.query_file is not None:
+        source = "query_file"
+        queries = [
+            (AclFilter(tenant_id=tenant, readers=readers), text)
+            for tenant, readers, text in read_query_file(config.query_file, config.query_sample)
+        ]
+    elif config.audit_queries:
+        source = "audit_log"
+        queries, skipped = _audited_queries(conn, config.query_sample)
+    else:
         return None
-    queries = read_query_file(config.query_file, config.query_sample)
     overlaps = []
-    for tenant, readers, text in queries:
-        acl = AclFilter(tenant_id=tenant, readers=readers)
+    for acl, text in queries:
         a, _, _ = _ranked_docs(live, text, acl, "hybrid")
         b, _, _ = _ranked_docs(target, text, acl, "hybrid")
         overlaps.append(len(set(a[:K]) & set(b[:K])) / K)
     mean = sum(overlaps) / len(overlaps) if overlaps else 0.0
-    return {"queries": len(overlaps), "mean_top10_overlap": round(mean, 4)}
+    return {
+        "source": source,
+        "queries": len(overlaps),
+        "skipped_with_filters": skipped,
+        "mean_top10_overlap": round(mean, 4),
+        "min_top10_overlap": round(min(overlaps, default=0.0), 4),
+    }

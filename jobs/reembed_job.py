@@ -37,7 +37,7 @@ from index.faiss_shards import choose_kind
 from ingest.pipeline import ChunkingConfig
 from jobs import reembed_gate as gate
 from jobs.rebuild_job import RebuildConfig, build_snapshot, snapshot
-from jobs.reembed_backfill import Backfill
+from jobs.reembed_backfill import Backfill, Priority
 from jobs.reembed_gate import GateConfig, SearchOpener
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,10 @@ class ReembedConfig:
     live_model: str  # the configured model, when the alias has no version yet
     batch_chunks: int
     actors: int
+    priority: Priority
     nice: int
     threads: int
+    cpus: tuple[int, ...] | None
     use_ray: bool
     ray_address: str | None
     data_dir: Path
@@ -249,10 +251,11 @@ def _run_gate(
         ),
     }
     conn.commit()
-    if live is not None and (config.gate.dataset is not None or config.gate.query_file is not None):
+    g = config.gate
+    if live is not None and (g.dataset is not None or g.query_file is not None or g.audit_queries):
         with config.open_search(live.version_id) as old, config.open_search(target_id) as new:
             result["retrieval_quality"] = gate.retrieval_quality(old, new, config.gate)
-            result["query_sample"] = gate.query_overlap(old, new, config.gate)
+            result["query_sample"] = gate.query_overlap(old, new, config.gate, conn)
     failed = [
         name
         for name in ("completeness", "index_quality", "retrieval_quality")
@@ -329,6 +332,7 @@ def _migrate(
         "startup_seconds": round(backfill.startup_seconds, 2),
         "seconds": round(seconds, 2),
         "chunks_per_s": round(written / max(1e-6, seconds), 2),
+        "embedding_window": backfill.embedding_window,
     }
     target_id, live_chunks = _build_complete(conn, config, backfill, progress)
     if config.chunking is not None:

@@ -80,9 +80,10 @@ def reembed_config(
     *,
     actor: str,
     tenant_id: str | None = None,
-    use_ray: bool = True,
+    use_ray: bool | None = None,
 ) -> ReembedConfig:
-    """The migration ``args`` asks for, with everything else from ``settings.reembed``."""
+    """The migration ``args`` asks for, with everything else from ``settings.reembed``
+    (``use_ray`` None: ``reembed.use_ray``)."""
     r = settings.reembed
     if args.index_kind is not None and args.index_kind not in INDEX_KINDS:
         raise InvalidInputError(f"index kind must be one of {', '.join(INDEX_KINDS)}")
@@ -114,15 +115,18 @@ def reembed_config(
             mode=r.gate_mode,
             query_file=Path(args.query_file) if args.query_file else None,
             query_sample=r.query_sample,
+            audit_queries=settings.audit.store_query_text,
         ),
         open_search=version_search_opener(settings, url),
         alias=LIVE_ALIAS,
         live_model=settings.embedding_model,
         batch_chunks=r.batch_chunks,
         actors=r.actors,
+        priority=r.priority,
         nice=r.nice,
         threads=r.threads,
-        use_ray=use_ray,
+        cpus=tuple(r.cpus) if r.cpus else None,
+        use_ray=r.use_ray if use_ray is None else use_ray,
         ray_address=settings.ray_address,
         lease_seconds=settings.ingest.job_lease_seconds,
         data_dir=settings.data_dir,
@@ -145,6 +149,8 @@ def scheduled_reembed(settings: Settings, url: str) -> ScheduleRunner:
         log_path = settings.log_dir / f"reembed-{job_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", args.model, "--resume", str(job_id)]
+        if not config.use_ray:
+            cmd.append("--no-ray")
         with log_path.open("ab") as out:
             subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
         return f"started reembed job {job_id} to {config.target.model_name} (log {log_path})"

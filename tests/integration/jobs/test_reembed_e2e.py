@@ -37,7 +37,9 @@ def client(db_url: str, tmp_path: Path, embedder, ray_local: None) -> Iterator[T
         data_dir=tmp_path,
         database_url=db_url,
         index={"poll_seconds": 0.2, "maintenance_seconds": 0},
-        reembed={"batch_chunks": 4, "actors": 1},
+        # Two readers keep both cores busy: under SCHED_IDLE (the default) the backfill would
+        # wait for idle cycles; this test is about dual writes, so it keeps a nice share.
+        reembed={"batch_chunks": 4, "actors": 1, "priority": "nice"},
     )
     hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder), reembed_hook]
     with TestClient(create_app(settings, hooks=hooks)) as c:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,53 @@ def test_another_model_gets_its_own_onnx_export_folder(tmp_path: Path) -> None:
     other = spec.for_model("/models/minilm-cls")
     assert other.model_name == "/models/minilm-cls" and other.threads == spec.threads
     assert spec.onnx_dir is not None and other.onnx_dir == spec.onnx_dir.parent / "minilm-cls-onnx"
+
+
+LINUX_SCHED = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+
+_WHOLE_PROCESS = """
+import os, sys, threading
+from jobs.reembed_backfill import Demoter, Isolation
+stop = threading.Event()
+threading.Thread(target=stop.wait, daemon=True).start()  # a thread older than the demotion
+demoter = Demoter(Isolation(priority=sys.argv[1], nice=7, threads=1, cpus=(0,)), whole_process=True)
+threading.Thread(target=stop.wait, daemon=True).start()  # started after: inherits it
+demoter.again()
+tids = [int(t) for t in os.listdir("/proc/self/task")]
+assert all(os.sched_getaffinity(t) == {0} for t in tids)  # reembed.cpus pins every thread
+print(len(tids), *sorted({(os.sched_getscheduler(t), os.getpriority(os.PRIO_PROCESS, t)) for t in tids}))
+"""
+
+
+@LINUX_SCHED
+@pytest.mark.parametrize("priority", ["idle", "nice"])
+def test_an_actor_process_demotes_every_thread(priority: str) -> None:
+    repo = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, "-c", _WHOLE_PROCESS, priority],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    assert int(out[0]) >= 3  # main and both threads (torch may add its own)
+    policies = out[1:]
+    expected = f"({os.SCHED_IDLE}," if priority == "idle" else f"({os.SCHED_OTHER},"
+    assert policies and all(p.startswith(expected) for p in policies[::2]), out
+    if priority == "nice":
+        assert policies == [f"({os.SCHED_OTHER},", "7)"]
+
+
+@LINUX_SCHED
+def test_the_inline_lane_demotes_its_own_thread_not_the_callers() -> None:
+    from jobs.reembed_backfill import Isolation, _Lane
+
+    before = os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
+    lane = _Lane(Isolation(priority="idle", nice=10, threads=1))
+    try:
+        assert lane.call(os.sched_getscheduler, 0) == os.SCHED_IDLE
+    finally:
+        lane.close()
+    assert (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) == before
