@@ -95,6 +95,7 @@ class IndexSettings(Section):
     hnsw_ef_search: int = Field(128, ge=8)
     ivf_nlist: int = Field(0, ge=0)
     ivf_nprobe: int = Field(16, ge=1)
+    ivf_refine_factor: int = Field(16, ge=1, le=256)
     pq_m: int = Field(48, ge=1)
     pq_nbits: int = Field(8, ge=4, le=16)
     lexical_stem: bool = True
