@@ -115,8 +115,9 @@ def _filtered_row(
         exact_max_allowed=retrieve.exact_max_allowed,
         exact_max_fraction=retrieve.exact_max_fraction,
         overfetch_min_fraction=retrieve.overfetch_min_fraction,
-        base_ef_search=shard.params.ef_search,
-        base_nprobe=shard.params.nprobe,
+        # As a server plans (wiring.search): the base efSearch and nprobe come from the settings.
+        base_ef_search=Settings().index.hnsw_ef_search,
+        base_nprobe=Settings().index.ivf_nprobe,
     )
     _, truth = exact_search(shard.vectors, queries, args.k, allowed)
     found, ms = _latencies(lambda q: search_shard(shard, q, args.k, allowed, plan)[1], queries)
