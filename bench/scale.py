@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import faiss
@@ -198,6 +197,10 @@ def _measure_version(out: dict[str, float], path: Path, probe_query: str) -> Non
     out["rss_loaded"], out["rss"] = _load_rss(path, probe_query)
 
 
+def _get(m: dict[str, float], key: str) -> float:
+    return m.get(key, float("nan"))
+
+
 def _ratio(m: dict[str, float], base: dict[str, float], key: str) -> float:
     return m[key] / base[key] if key in m and base.get(key) else float("nan")
 
@@ -217,16 +220,15 @@ def main() -> None:
             m = measure(n, args, Path(tmp))
         base = base or m
         print(f"  measured {n:,} (load {os.getloadavg()[0]:.1f}): {m}", file=sys.stderr)
-        get: Callable[[str], float] = lambda key, m=m: m.get(key, float("nan"))  # noqa: E731
         sizes.append(
-            [f"{n:,}", m["kind"], get("catalog_s"), m["build_s"], _ratio(m, base, "build_s"),
+            [f"{n:,}", m["kind"], _get(m, "catalog_s"), m["build_s"], _ratio(m, base, "build_s"),
              m["disk"] / MiB, m["disk_est"] / MiB, _ratio(m, base, "disk"), m["rss_loaded"] / MiB,
              m["rss"] / MiB, m["rss_est"] / MiB, _ratio(m, base, "rss"), n / base["n"]]
         )  # fmt: skip
         if args.rate > 0:
             latency.append(
-                [f"{n:,}", get("p50_0"), get("p95_0"), get(f"p50_{args.shard_servers}"),
-                 get(f"p95_{args.shard_servers}"), _ratio(m, base, "p95_0"), get("server_rss") / MiB]
+                [f"{n:,}", _get(m, "p50_0"), _get(m, "p95_0"), _get(m, f"p50_{args.shard_servers}"),
+                 _get(m, f"p95_{args.shard_servers}"), _ratio(m, base, "p95_0"), _get(m, "server_rss") / MiB]
             )  # fmt: skip
     headers = [
         "chunks",
