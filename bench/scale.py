@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -205,6 +206,13 @@ def _ratio(m: dict[str, float], base: dict[str, float], key: str) -> float:
     return m[key] / base[key] if key in m and base.get(key) else float("nan")
 
 
+def _per_10x(m: dict[str, float], base: dict[str, float], key: str) -> float:
+    """Growth per 10x chunks: the ratio to the baseline, to the power 1 / decades of size."""
+    decades = math.log10(m["n"] / base["n"]) if m["n"] > base["n"] else 0.0
+    ratio = _ratio(m, base, key)
+    return ratio ** (1.0 / decades) if decades and ratio > 0 else float("nan")
+
+
 def main() -> None:
     args = _args()
     faiss.omp_set_num_threads(args.threads)
@@ -222,27 +230,18 @@ def main() -> None:
         print(f"  measured {n:,} (load {os.getloadavg()[0]:.1f}): {m}", file=sys.stderr)
         sizes.append(
             [f"{n:,}", m["kind"], _get(m, "catalog_s"), m["build_s"], _ratio(m, base, "build_s"),
-             m["disk"] / MiB, m["disk_est"] / MiB, _ratio(m, base, "disk"), m["rss_loaded"] / MiB,
-             m["rss"] / MiB, m["rss_est"] / MiB, _ratio(m, base, "rss"), n / base["n"]]
+             m["disk"] / MiB, m["disk_est"] / MiB, _per_10x(m, base, "disk"),
+             _per_10x(m, base, "disk_est"), m["rss_loaded"] / MiB, m["rss"] / MiB, m["rss_est"] / MiB,
+             _per_10x(m, base, "rss"), _per_10x(m, base, "rss_est"), n / base["n"]]
         )  # fmt: skip
         if args.rate > 0:
             latency.append(
                 [f"{n:,}", _get(m, "p50_0"), _get(m, "p95_0"), _get(m, f"p50_{args.shard_servers}"),
                  _get(m, f"p95_{args.shard_servers}"), _ratio(m, base, "p95_0"), _get(m, "server_rss") / MiB]
             )  # fmt: skip
-    headers = [
-        "chunks",
-        "dense kind",
-        "catalog s",
-        "build s",
-        "x base",
-        "disk MiB",
-        "model disk MiB",
-        "x base",
-    ]
-    print_table(
-        [*headers, "RSS loaded MiB", "RSS queried MiB", "model RAM MiB", "RSS x base", "size x base"], sizes
-    )
+    headers = ["chunks", "dense kind", "catalog s", "build s", "x base", "disk MiB", "model disk MiB"]
+    headers += ["disk per 10x", "model per 10x", "RSS loaded MiB", "RSS queried MiB", "model RAM MiB"]
+    print_table([*headers, "RSS per 10x", "model per 10x", "size x base"], sizes)
     if latency:
         print(f"\n/v1/retrieve at {args.rate:g} requests/s (client ms; shard servers: {args.shard_servers})")
         headers = [
