@@ -89,7 +89,7 @@ class IndexSettings(Section):
     shard_by: Literal["document", "tenant"] = "document"
     kind: Literal["auto", "flat", "hnsw", "ivfpq"] = "auto"
     flat_max_vectors: int = Field(20_000, ge=0)
-    ivfpq_min_vectors: int = Field(500_000, ge=1)
+    ivfpq_min_vectors: int = Field(400_000, ge=1)
     hnsw_m: int = Field(32, ge=4, le=256)
     hnsw_ef_construction: int = Field(80, ge=8)
     hnsw_ef_search: int = Field(128, ge=8)

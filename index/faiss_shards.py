@@ -80,7 +80,7 @@ class DenseParams:
 def choose_kind(n: int, *, flat_max: int, ivfpq_min: int) -> DenseKind:
     """Pick the index kind for a shard of ``n`` vectors.
 
-    Policy (defaults from ``IndexSettings``: flat_max=20k, ivfpq_min=500k; measured in
+    Policy (defaults from ``IndexSettings``: flat_max=20k, ivfpq_min=400k; measured in
     docs/benchmarks.md, "IVF-PQ vs HNSW"):
     - ``n <= flat_max``: flat. Brute force over 20k 384-d vectors is ~2-5 ms on one core,
       exact, needs no build time and no graph memory.
