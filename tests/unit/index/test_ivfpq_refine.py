@@ -10,7 +10,8 @@ import pytest
 
 from core.errors import InvalidInputError
 from core.settings import Settings
-from index.faiss_shards import META_FILE, DenseShard, exact_search
+from index.builder import assign_shards
+from index.faiss_shards import META_FILE, DenseShard, choose_kind, exact_search
 from retrieve.planner import plan_search, search_shard
 from tests.factories import dense
 from tests.unit.index.conftest import N, recall
@@ -143,3 +144,13 @@ def test_refine_pool_never_exceeds_the_shard(corpus: np.ndarray) -> None:
         small[:3], K, allowed=None, strategy="unfiltered", nprobe=NLIST, refine_factor=256
     )
     np.testing.assert_array_equal(found, exact_search(small, small[:3], K)[1])
+
+
+def test_default_policy_serves_a_million_chunks_on_the_default_shards_with_ivfpq() -> None:
+    # The hash split is not exactly n / shards: no shard may fall back under the switch.
+    ix = Settings().index
+    shard_of = assign_shards(np.arange(1_000_000) // 10, None, ix.shards, "document")
+    sizes = np.bincount(shard_of, minlength=ix.shards)
+    kinds = {choose_kind(int(n), flat_max=ix.flat_max_vectors, ivfpq_min=ix.ivfpq_min_vectors) for n in sizes}
+    assert kinds == {"ivfpq"}, sizes
+    assert choose_kind(200_000, flat_max=ix.flat_max_vectors, ivfpq_min=ix.ivfpq_min_vectors) == "hnsw"
