@@ -107,12 +107,13 @@ class IndexSettings(Section):
     shard_by: Literal["document", "tenant"] = "document"
     kind: Literal["auto", "flat", "hnsw", "ivfpq"] = "auto"
     flat_max_vectors: int = Field(20_000, ge=0)
-    ivfpq_min_vectors: int = Field(2_000_000, ge=1)
+    ivfpq_min_vectors: int = Field(400_000, ge=1)
     hnsw_m: int = Field(32, ge=4, le=256)
     hnsw_ef_construction: int = Field(80, ge=8)
     hnsw_ef_search: int = Field(128, ge=8)
     ivf_nlist: int = Field(0, ge=0)
-    ivf_nprobe: int = Field(16, ge=1)
+    ivf_nprobe: int = Field(512, ge=1)
+    ivf_refine_factor: int = Field(32, ge=1, le=256)
     pq_m: int = Field(48, ge=1)
     pq_nbits: int = Field(8, ge=4, le=16)
     lexical_stem: bool = True

@@ -29,6 +29,7 @@ def dense_params(settings: Settings) -> DenseParams:
         nprobe=ix.ivf_nprobe,
         pq_m=ix.pq_m,
         pq_nbits=ix.pq_nbits,
+        refine_factor=ix.ivf_refine_factor,
     )
 
 

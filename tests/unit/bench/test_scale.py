@@ -5,20 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.scale import generated_texts, measure
-
-
-def test_generated_texts_are_deterministic_and_sized() -> None:
-    texts = generated_texts(50, 12, seed=3)
-    assert texts == generated_texts(50, 12, seed=3)
-    assert len(texts) == 50 and all(len(t.split()) == 12 for t in texts)
-    assert texts != generated_texts(50, 12, seed=4)
+from bench.scale import DIM, measure
 
 
 def test_measure_reports_sizes_beside_the_model(tmp_path: Path) -> None:
-    args = argparse.Namespace(dim=32, shards=2, words=8, seed=0)
+    args = argparse.Namespace(shards=2, seed=0, rate=0.0)
     m = measure(600, args, tmp_path)
     assert m["n"] == 600 and m["kind"] == "flat"
-    assert m["build_s"] > 0 and m["disk"] > 600 * 32 * 4  # at least the raw vectors
+    assert m["build_s"] > 0 and m["disk"] > 600 * DIM * 4  # at least the raw vectors
     assert m["rss"] > 0 and m["rss_est"] > 0 and m["disk_est"] > 0
-    assert (tmp_path / "scale-600" / "manifest.json").exists()
+    assert 0 < m["disk_lexical"] < m["disk"]
+    assert "p50_0" not in m  # rate 0: no catalog, no server
+    assert (tmp_path / "indexes" / "scale-600" / "manifest.json").exists()
