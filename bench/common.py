@@ -78,3 +78,11 @@ def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+def generated_texts(n: int, words: int, *, seed: int, vocabulary: int = 20_000) -> list[str]:
+    """Chunk-sized texts over a Zipf-distributed vocabulary (a rough stand-in for prose)."""
+    rng = np.random.default_rng(seed)
+    vocab = np.array([f"w{i:05d}" for i in range(vocabulary)])
+    ranks = np.minimum(rng.zipf(1.3, size=(n, words)) - 1, vocabulary - 1)
+    return [" ".join(row) for row in vocab[ranks]]

@@ -2,7 +2,7 @@
 the way each serving role loads it, with each process's RSS measured beside the capacity model.
 
 Run: ``OPENBLAS_NUM_THREADS=1 python -m bench.shard_memory --chunks 100000 --shards 4 --servers 2``.
-Builds one version (synthetic unit vectors, ``bench.scale.generated_texts`` for BM25, a forced
+Builds one version (synthetic unit vectors, ``bench.common.generated_texts`` for BM25, a forced
 dense kind, flat by default), then for each role starts a fresh process that loads it with that
 role's ``ShardSelection`` (in-process: every shard and the delta's row-id lookups; shard server
 i of N: shards i, i + N, ...; the API fanning out: none), runs 20 dense and 20 BM25 queries per
@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import clustered_vectors, print_table
-from bench.scale import generated_texts
+from bench.common import clustered_vectors, generated_texts, print_table
 from core.settings import Settings
 from index.builder import auto_params, build_version
 from index.capacity import estimate_capacity, split_across_servers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,9 +20,17 @@ JOB_TIMEOUT_S = 180.0
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the ephemeral range (Linux: 32768-60999) and above Ray's worker ports
+    (10002-19999): a server binds it seconds after it is chosen, after the model loads and
+    other processes have opened connections, any of which could take an ephemeral port."""
+    for port in random.sample(range(20_000, 32_000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-32000")
 
 
 def auth(token: str) -> dict[str, str]:

@@ -11,9 +11,7 @@ per-fusion INFO lines; none of them reported a problem.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.serverproc import REPO, server_env
+from tests.e2e.serverproc import REPO, free_port, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,22 +35,8 @@ NOISE = (
 )
 
 
-def _quiet_port() -> int:
-    """A free port below the ephemeral range (Linux: 32768-60999) and above Ray's worker ports
-    (10002-19999): ``ragline run`` binds it a minute after it is chosen, after Ray has started
-    and many connections have been opened, any of which could take an ephemeral port."""
-    for port in random.sample(range(20_000, 32_000), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 20000-32000")
-
-
 def test_make_run_starts_quietly(db_url: str, tmp_path: Path) -> None:
-    port = _quiet_port()
+    port = free_port()
     data_dir = tmp_path / "data"  # fresh: the embedding model is exported to ONNX on this start
     data_dir.mkdir()
     env = server_env(
