@@ -208,11 +208,12 @@ class ReembedSettings(Section):
 
     batch_chunks: int = Field(256, ge=1, le=100_000)  # chunks per embed call and commit
     actors: int = Field(1, ge=1, le=256)  # embedding actors (one GPU each when there are GPUs)
-    # Isolation from serving: "idle" runs every thread of each actor (or the inline thread)
-    # under SCHED_IDLE (it gets a core only when nothing else wants it), "nice" at ``nice``;
+    # Isolation from serving: "nice" (the default) runs every thread of each actor (or the
+    # inline thread) at ``nice``; "idle" under SCHED_IDLE (a core only when nothing else wants
+    # it: serving first, but the backfill stalls on a busy node; docs/benchmarks.md);
     # both with ``threads`` intra-op threads (and OMP/MKL threads in the actors), optionally
     # pinned to ``cpus``. Falls back to ``nice`` where SCHED_IDLE is unavailable (not Linux).
-    priority: Literal["idle", "nice"] = "idle"
+    priority: Literal["idle", "nice"] = "nice"
     nice: int = Field(10, ge=0, le=19)
     threads: int = Field(1, ge=1, le=256)
     cpus: list[int] | None = None  # CPU ids the backfill may use (sched_setaffinity); None: all
