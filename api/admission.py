@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import RETRY_AFTER_SECONDS
-from api.middleware import error_body
+from api.middleware import error_body, send_error
 from core import metrics
 from core.context import deadline_var, request_id_var
 
@@ -186,15 +186,4 @@ class AdmissionMiddleware:
 async def _refuse(send: Send, status: int, code: str, message: str) -> None:
     metrics.ERRORS.labels(code).inc()
     body = error_body(code, message, request_id_var.get())
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", RETRY_AFTER_SECONDS.encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_error(send, status, body, [(b"retry-after", RETRY_AFTER_SECONDS.encode())])

@@ -111,15 +111,20 @@ class RequestContextMiddleware:
 
     @staticmethod
     async def _send_error(send: Send, rid: str, status: int, body: bytes) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"x-request-id", rid.encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, status, body, [(b"x-request-id", rid.encode())])
+
+
+async def send_error(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    """Answer with a JSON error body straight from ASGI (middleware that runs outside the routes)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
