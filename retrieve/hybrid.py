@@ -45,6 +45,7 @@ class Masks:
     delta: np.ndarray
     shard_counts: tuple[int, ...]
     delta_count: int
+    documents: int  # readable documents in the catalog view (whether or not this process holds their shards)
 
     @property
     def allowed(self) -> int:
@@ -74,7 +75,7 @@ def build_masks(state: ServingState, snap: ServingIndex, acl: AclFilter) -> Mask
         )
         delta = view.chunk_mask(docs, snap.delta_doc_idx, snap.delta.versions)
     counts = tuple(int(np.count_nonzero(m)) for m in shards)
-    return Masks(shards, delta, counts, int(np.count_nonzero(delta)))
+    return Masks(shards, delta, counts, int(np.count_nonzero(delta)), int(np.count_nonzero(docs)))
 
 
 def _merge(parts: list[list[Hit]], k: int) -> list[Hit]:

@@ -151,7 +151,7 @@ class SearchService:
         snap = self.state.current
         masks = build_masks(self.state, snap, acl)
         # Fanning out, this process holds no shard: the servers build the masks that count.
-        readable = masks.allowed if self.shards is None else self._readable_documents(acl)
+        readable = masks.allowed if self.shards is None else masks.documents
         slog.time("acl_filter", t)
         fused: list[FusedHit] = []
         if readable:
@@ -180,11 +180,6 @@ class SearchService:
         return RetrieveResult(
             items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans
         )
-
-    def _readable_documents(self, acl: AclFilter) -> int:
-        view = self.state.view
-        with view.lock:
-            return int(np.count_nonzero(view.allowed_documents(acl)))
 
     def _ensure_fresh(self, position: int | None) -> int:
         """Catch up with every change committed before this request (fails closed).
