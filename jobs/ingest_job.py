@@ -315,10 +315,12 @@ def ray_results(
     # Every actor of a pool is up before work is handed out; otherwise the first actor to load
     # its model takes every batch of a short job and the other nodes idle.
     data_ctx.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
-    # An embed batch goes to an idle embed actor on the node that prepared it (its block is in
-    # that node's object store), so with prepare on every node embed is too; without it the
-    # first idle actor takes every batch whenever parsing is the slower stage.
-    data_ctx.execution_options.actor_locality_enabled = True
+    # Ray Data's actor locality (on by default; Ray 2.60 deprecates the option to turn it off)
+    # prefers an idle embed actor on the node whose object store holds the prepared block. It is
+    # a preference: a block under Ray's 100 KiB inline limit lives in the driver's memory, with no
+    # node, and a larger one's node is known a moment after its task returns. What spreads embed
+    # work is one batch in flight per embed actor: whenever batches wait at the embed stage (it
+    # is the slower stage for real documents), every embed actor has one.
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     # ... whose progress module warns, once per process, that they are off: that is the intent.
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)

@@ -38,7 +38,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 RAY = str(Path(sys.executable).parent / "ray")
 START_TIMEOUT_S = 60
-DOCS = 48  # enough batches (8 documents each) for two actors per stage
+DOCS = 32  # enough batches (8 documents each) for two actors per stage
+# Each runbook is about 20 KB (some 20 chunks), so embedding a batch of eight takes seconds on one
+# CPU while preparing one takes a fraction of that: prepared batches queue at the embed stage, and
+# the second one finds the first node's embed actor busy. With one-line notes the embed stage was
+# the faster one, and the first idle actor could take every batch (CI failed so once). Actor
+# locality does not settle it: Ray keeps a result under 100 KiB in the driver's memory, with no
+# node, and reports a larger one's node only a moment after the task returns.
+STEPS = 160
 
 
 def _free_port() -> int:
@@ -195,9 +202,12 @@ def test_ingest_and_rebuild_run_on_both_nodes(cluster: Cluster, db_url: str, tmp
     docs = tmp_path / "docs"
     docs.mkdir()
     for n in range(DOCS):
-        (docs / f"note-{n:02d}.md").write_text(
-            f"# Note {n}\n\nRunbook {n}: restart the replica, check the lag, page the on-call engineer.\n"
+        steps = "".join(
+            f"Step {k} of runbook {n}: restart replica {k}, check the lag on shard {k % 7}, and page "
+            f"the on-call engineer when it stays above {k} seconds.\n\n"
+            for k in range(STEPS)
         )
+        (docs / f"note-{n:02d}.md").write_text(f"# Note {n}\n\n{steps}")
     data = tmp_path / "data"
     out = _ragline(cluster, db_url, data, "ingest", str(docs), "--tenant", "acme", "--acl", "group:eng")
     job_id = uuid.UUID(out.strip().splitlines()[-1].split("\t")[0])
@@ -208,11 +218,11 @@ def test_ingest_and_rebuild_run_on_both_nodes(cluster: Cluster, db_url: str, tmp
     with psycopg.connect(db_url) as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
         assert job is not None and job.state == "succeeded", job
-        assert job.documents_done == DOCS and job.chunks >= DOCS
+        assert job.documents_done == DOCS and job.chunks >= 15 * DOCS, job  # long runbooks (STEPS)
         placement = job.params["placement"]
         # Two prepare actors and two embed actors cannot share a one-CPU node, so each node hosts
-        # both stages. Prepare work lands on both nodes, and embed work follows each prepared
-        # block to its node's embed actor (actor locality, one block per embed batch).
+        # both stages. Prepare work lands on both nodes; embed work does too, because batches
+        # wait at the embed stage (STEPS) and one batch is in flight per embed actor.
         assert set(placement["prepare"]) == set(by_role.values()), placement
         assert set(placement["embed"]) == set(by_role.values()), placement
 
