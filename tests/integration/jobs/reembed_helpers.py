@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+import os
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from catalog import indexes
 from catalog import jobs as jobs_repo
+from catalog import reembed as reembed_repo
 from catalog.jobs import NewItem
+from catalog.maintenance import all_live_leaf_count
 from catalog.principals import ensure_tenant
 from core.records import Acl
 from core.settings import Settings
@@ -93,3 +101,70 @@ def migration_config(
         use_ray=use_ray,  # type: ignore[arg-type]
     )
     return replace(config, build=replace(config.build, n_shards=2))
+
+
+# Thirty four-paragraph documents over twelve words: enough chunks that a backfill in batches of
+# two is still running when it is killed.
+WORDS = "orbit comet nebula galaxy quasar pulsar meteor asteroid planet moon star cluster".split()
+
+
+def backfill_docs() -> list[tuple[str, str, Acl]]:
+    return [
+        (
+            f"d{i}",
+            "\n\n".join(" ".join(WORDS[(i + p + j) % 12] for j in range(40)) for p in range(4)),
+            Acl((), True),
+        )
+        for i in range(30)
+    ]
+
+
+def _vectors(conn: psycopg.Connection, model: str) -> dict[int, Any]:
+    rows = conn.execute("SELECT chunk_row, vector FROM chunk_embeddings WHERE model = %s", (model,))
+    return dict(rows.fetchall())
+
+
+@dataclass(frozen=True, slots=True)
+class Killed:
+    """What a migration killed mid-backfill left behind."""
+
+    job_id: uuid.UUID
+    total: int  # live leaf chunks
+    committed: int  # of them with a target vector
+    before: dict[int, Any]  # chunk_row -> the committed vector
+
+
+def kill_mid_backfill(
+    url: str, proc: subprocess.Popen[bytes], model: str, *, timeout_s: float, group: bool = False
+) -> Killed:
+    """SIGKILL the migration process (its process group with ``group``) once a few target
+    vectors are committed; the kill must land mid-backfill and leave the job resumable."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        total = all_live_leaf_count(conn)
+        deadline, done = time.monotonic() + timeout_s, 0
+        while time.monotonic() < deadline and done < 6 and proc.poll() is None:
+            done = total - reembed_repo.missing_count(conn, model=model)
+            time.sleep(0.05)
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        committed = total - reembed_repo.missing_count(conn, model=model)
+        assert 0 < committed < total, "the kill must land mid-backfill"
+        before = _vectors(conn, model)
+        migration = reembed_repo.active_migration(conn)
+        assert migration is not None  # a killed job stays resumable
+    return Killed(migration.job_id, total, committed, before)
+
+
+def assert_resumed(url: str, model: str, killed: Killed, report: dict[str, Any]) -> None:
+    """The resumed run embedded exactly what the kill left missing, kept every committed vector
+    as it was, and swapped the target model in."""
+    assert report["resumed_with_vectors"] == killed.committed
+    assert report["embedded_this_run"] == killed.total - killed.committed  # nothing re-embedded
+    with psycopg.connect(url) as conn:
+        after = _vectors(conn, model)
+        assert len(after) == killed.total and all(after[r] == v for r, v in killed.before.items())
+        live = indexes.resolve_alias(conn, alias="live")
+        assert live is not None and live.embedding_model == model and live.chunk_count == killed.total

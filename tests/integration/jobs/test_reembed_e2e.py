@@ -24,11 +24,9 @@ from tests.integration.jobs import reembed_helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-WORDS = "orbit comet nebula galaxy quasar pulsar meteor asteroid planet moon star cluster".split()
-
 
 def _text(i: int, marker: str) -> str:
-    return f"{marker} " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(30))
+    return f"{marker} " + " ".join(h.WORDS[(i + j) % len(h.WORDS)] for j in range(30))
 
 
 @pytest.fixture

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -15,7 +13,6 @@ import pytest
 from catalog import indexes
 from catalog import jobs as jobs_repo
 from catalog import reembed as reembed_repo
-from catalog.maintenance import all_live_leaf_count
 from core.errors import CapacityError, ConflictError
 from core.settings import Settings
 from jobs.reembed_job import run_reembed, start_reembed
@@ -78,16 +75,7 @@ def test_kill_9_mid_backfill_then_resume_embeds_only_what_is_missing(
     embedder,
     model_variants_dir: dict[str, Path],  # type: ignore[no-untyped-def]
 ) -> None:
-    words = "orbit comet nebula galaxy quasar pulsar meteor asteroid planet moon star cluster".split()
-    docs = [
-        (
-            f"d{i}",
-            "\n\n".join(" ".join(words[(i + p + j) % 12] for j in range(40)) for p in range(4)),
-            h.Acl((), True),
-        )
-        for i in range(30)
-    ]
-    h.ingest(db_url, tmp_path, embedder, "acme", docs)
+    h.ingest(db_url, tmp_path, embedder, "acme", h.backfill_docs())
     h.build_live(db_url, tmp_path / "indexes")
     model = str(model_variants_dir["cls"])
     env = {
@@ -104,39 +92,11 @@ def test_kill_9_mid_backfill_then_resume_embeds_only_what_is_missing(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        total = all_live_leaf_count(conn)
-        deadline = time.monotonic() + 180
-        done = 0
-        while time.monotonic() < deadline and done < 6:
-            done = total - reembed_repo.missing_count(conn, model=model)
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        committed = total - reembed_repo.missing_count(conn, model=model)
-        assert 0 < committed < total, "the kill must land mid-backfill"
-        before = dict(
-            conn.execute(
-                "SELECT chunk_row, vector FROM chunk_embeddings WHERE model = %s", (model,)
-            ).fetchall()
-        )
-        migration = reembed_repo.active_migration(conn)
-        assert migration is not None  # a killed job stays resumable
+    killed = h.kill_mid_backfill(db_url, proc, model, timeout_s=180)
     settings = Settings(data_dir=tmp_path, database_url=db_url)
     config = h.migration_config(settings, db_url, Path(model))
-    assert run_reembed(db_url, migration.job_id, config, force_claim=True) == "succeeded"
-    report = _job(db_url, migration.job_id).params["report"]
-    assert report["resumed_with_vectors"] == committed
-    assert report["embedded_this_run"] == total - committed  # nothing committed was re-embedded
-    with psycopg.connect(db_url) as conn:
-        after = dict(
-            conn.execute(
-                "SELECT chunk_row, vector FROM chunk_embeddings WHERE model = %s", (model,)
-            ).fetchall()
-        )
-        assert len(after) == total and all(after[r] == v for r, v in before.items())
-        live = indexes.resolve_alias(conn, alias="live")
-        assert live is not None and live.embedding_model == model and live.chunk_count == total
+    assert run_reembed(db_url, killed.job_id, config, force_claim=True) == "succeeded"
+    h.assert_resumed(db_url, model, killed, _job(db_url, killed.job_id).params["report"])
 
 
 def test_scheduled_rebuild_waits_for_a_running_migration(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]

@@ -30,7 +30,6 @@ from tests.integration.jobs import reembed_helpers as h
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[3]
-WORDS = "orbit comet nebula galaxy quasar pulsar meteor asteroid planet moon star cluster".split()
 
 
 def _env(db_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
@@ -131,15 +130,7 @@ def test_kill_9_on_the_ray_path_then_resume_embeds_only_what_is_missing(
 ) -> None:  # type: ignore[no-untyped-def]
     import ray
 
-    docs = [
-        (
-            f"d{i}",
-            "\n\n".join(" ".join(WORDS[(i + p + j) % 12] for j in range(40)) for p in range(4)),
-            h.Acl((), True),
-        )
-        for i in range(30)
-    ]
-    h.ingest(db_url, tmp_path, embedder, "acme", docs)
+    h.ingest(db_url, tmp_path, embedder, "acme", h.backfill_docs())
     h.build_live(db_url, tmp_path / "indexes")
     model = str(model_variants_dir["cls"])
     # The CLI joins this session's Ray as a second driver; its actors die with it.
@@ -158,42 +149,15 @@ def test_kill_9_on_the_ray_path_then_resume_embeds_only_what_is_missing(
         start_new_session=True,
     )
     try:
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            total = all_live_leaf_count(conn)
-            deadline, done = time.monotonic() + 240, 0
-            while time.monotonic() < deadline and done < 6 and proc.poll() is None:
-                done = total - reembed_repo.missing_count(conn, model=model)
-                time.sleep(0.05)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            committed = total - reembed_repo.missing_count(conn, model=model)
-            assert 0 < committed < total, "the kill must land mid-backfill"
-            before = dict(
-                conn.execute(
-                    "SELECT chunk_row, vector FROM chunk_embeddings WHERE model = %s", (model,)
-                ).fetchall()
-            )
-            migration = reembed_repo.active_migration(conn)
-            assert migration is not None  # a killed job stays resumable
+        killed = h.kill_mid_backfill(db_url, proc, model, timeout_s=240, group=True)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     settings = Settings(data_dir=tmp_path, database_url=db_url, reembed={"batch_chunks": 8})
     config = h.migration_config(settings, db_url, Path(model), use_ray=True)
-    assert run_reembed(db_url, migration.job_id, config, force_claim=True) == "succeeded"
+    assert run_reembed(db_url, killed.job_id, config, force_claim=True) == "succeeded"
     with psycopg.connect(db_url) as conn:
-        job = jobs_repo.get_job(conn, job_id=migration.job_id)
-        assert job is not None
-        report = job.params["report"]
-        assert report["resumed_with_vectors"] == committed
-        assert report["embedded_this_run"] == total - committed  # nothing committed was re-embedded
-        assert job.chunks >= total - committed
-        after = dict(
-            conn.execute(
-                "SELECT chunk_row, vector FROM chunk_embeddings WHERE model = %s", (model,)
-            ).fetchall()
-        )
-        assert len(after) == total and all(after[r] == v for r, v in before.items())
-        live = indexes.resolve_alias(conn, alias="live")
-        assert live is not None and live.embedding_model == model and live.chunk_count == total
+        job = jobs_repo.get_job(conn, job_id=killed.job_id)
+    assert job is not None and job.chunks >= killed.total - killed.committed
+    h.assert_resumed(db_url, model, killed, job.params["report"])
