@@ -38,6 +38,10 @@ _WAIT_SLICE_S = 1.0
 # connection starts a new attempt at once, so the pool is back within about a second of the
 # database, never after a long backoff sleep.
 _RECONNECT_S = 2.0
+# A connection back in the pool for less than this is handed out again unchecked (a restart
+# takes longer than that; a request that meets a connection killed sooner gets a 503).
+_CHECK_IDLE_S = 1.0
+_RETURNED_AT = "_ragline_returned_at"
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 
@@ -133,7 +137,8 @@ class DeadlinePool(ConnectionPool):
         deadline = deadline_var.get()
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
-        end = time.monotonic() + max(0.0, wait)
+        start = time.monotonic()
+        end = start + max(0.0, wait)
         while True:
             errors = self.get_stats().get("connections_errors", 0)
             failing = self._failing or errors > self._errors_seen
@@ -145,10 +150,25 @@ class DeadlinePool(ConnectionPool):
             except PoolTimeout:
                 if failing or time.monotonic() >= end - 0.001:
                     self._failing = True
-                    raise
+                    # the whole wait, as psycopg_pool reports its own, not the last slice's
+                    raise PoolTimeout(
+                        f"couldn't get a connection after {time.monotonic() - start:.2f} sec"
+                    ) from None
                 continue
             self._failing, self._errors_seen = False, errors
             return conn
+
+
+def _stamp_return(conn: psycopg.Connection) -> None:
+    """``reset`` hook: when the connection came back to the pool."""
+    setattr(conn, _RETURNED_AT, time.monotonic())
+
+
+def _check_if_idle(conn: psycopg.Connection) -> None:
+    """``check`` hook: psycopg_pool's check (one empty query) for a connection idle long enough
+    that a database restart may have killed it; new connections count as idle."""
+    if time.monotonic() - getattr(conn, _RETURNED_AT, float("-inf")) >= _CHECK_IDLE_S:
+        ConnectionPool.check_connection(conn)
 
 
 def open_pool(
@@ -169,9 +189,11 @@ def open_pool(
     (and the request's deadline bounds it further, see :class:`DeadlinePool`);
     ``statement_timeout_ms`` is set on every connection so no statement outlives a request.
 
-    Through a PostgreSQL outage the pool recovers by itself: a connection is checked (one
-    empty query) when handed out, so one the restart killed is replaced instead of failing a
-    request, and the pool's workers reconnect with backoff as long as it is down.
+    Through a PostgreSQL outage the pool recovers by itself: a connection that sat idle for
+    ``_CHECK_IDLE_S`` is checked (one empty query) when handed out, so one the restart killed
+    is replaced instead of failing a request, and the pool's workers reconnect with backoff as
+    long as it is down. A connection handed out again at once is not checked: under load that
+    check would be one more round trip per checkout on the request path.
     """
     kwargs: dict[str, object] = {"autocommit": autocommit, "connect_timeout": _CONNECT_TIMEOUT_S}
     if statement_timeout_ms is not None:
@@ -184,7 +206,8 @@ def open_pool(
         open=False,
         kwargs=kwargs,
         timeout=timeout_s,
-        check=ConnectionPool.check_connection,
+        check=_check_if_idle,
+        reset=_stamp_return,
         reconnect_timeout=_RECONNECT_S,
     )
     try:
