@@ -200,9 +200,30 @@ class ShardFanout:
         self.servers = list(servers)
         self.timeout_s = timeout_s
 
-    def search(self, query: ShardQuery) -> FanoutAnswer:
+    def _gather(self, refs: Sequence[Any]) -> list[Any]:
+        """Every call's answer, or the exception it ended with, waiting ``timeout_s`` for all of
+        them together (k hung servers cost one timeout, not k); a call still running then is
+        cancelled and reported as a ``GetTimeoutError``."""
         import ray
         from ray.exceptions import GetTimeoutError, RayError
+
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
+        done = set(ready)
+        out: list[Any] = []
+        for ref in refs:
+            if ref not in done:
+                with contextlib.suppress(Exception):  # best effort: the answer does not wait for it
+                    ray.cancel(ref)
+                out.append(GetTimeoutError())
+                continue
+            try:
+                out.append(ray.get(ref, timeout=0))
+            except (RayError, GetTimeoutError) as exc:  # a dead server degrades, never fails
+                out.append(exc)
+        return out
+
+    def search(self, query: ShardQuery) -> FanoutAnswer:
+        from ray.exceptions import GetTimeoutError
 
         degraded: list[dict[str, str]] = []
         servers = list(enumerate(self.servers))
@@ -212,22 +233,17 @@ class ShardFanout:
             for i, reason in failed.items():  # a server that failed round one is not asked again
                 degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
             servers = [(i, s) for i, s in servers if i not in failed]
-        refs = [s.search.remote(query) for _, s in servers]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
-        done = set(ready)
+        got = self._gather([s.search.remote(query) for _, s in servers])
         answers: list[ShardAnswer] = []
-        for (i, _), ref in zip(servers, refs, strict=True):
-            if ref not in done:
-                with contextlib.suppress(Exception):  # best effort: the answer does not wait for it
-                    ray.cancel(ref)
+        for (i, _), answer in zip(servers, got, strict=True):
+            if isinstance(answer, GetTimeoutError):
                 degraded.append(
                     {"stage": "shards", "reason": f"server{i} timed out after {self.timeout_s:.1f}s"}
                 )
-                continue
-            try:
-                answers.append(ray.get(ref, timeout=0))
-            except (RayError, GetTimeoutError) as exc:  # a dead server degrades, never fails
-                degraded.append({"stage": "shards", "reason": f"server{i} failed: {type(exc).__name__}"})
+            elif isinstance(answer, Exception):
+                degraded.append({"stage": "shards", "reason": f"server{i} failed: {type(answer).__name__}"})
+            else:
+                answers.append(answer)
         for answer in answers:
             degraded.extend(answer.degraded)
         return FanoutAnswer(
@@ -240,17 +256,9 @@ class ShardFanout:
     def _global_stats(self, text: str, position: int) -> tuple[LexicalStats, dict[int, str]]:
         """Round one of a lexical query: every server's statistics for its segments, summed,
         and the servers that did not answer (by index, with the error's name)."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayError
-
-        refs = [s.lexical_stats.remote(text, position) for s in self.servers]
-        parts, failed = [], {}
-        for i, ref in enumerate(refs):
-            try:
-                parts.append(ray.get(ref, timeout=self.timeout_s))
-            except (RayError, GetTimeoutError) as exc:  # its shards go unsearched: degraded
-                failed[i] = type(exc).__name__
-        return LexicalStats.total(parts), failed
+        got = self._gather([s.lexical_stats.remote(text, position) for s in self.servers])
+        failed = {i: type(x).__name__ for i, x in enumerate(got) if isinstance(x, Exception)}
+        return LexicalStats.total([x for x in got if not isinstance(x, Exception)]), failed
 
     def lists(
         self, *, acl: AclFilter, position: int, vector: np.ndarray | None, text: str | None, k: int
@@ -260,15 +268,8 @@ class ShardFanout:
 
     def shard_stats(self) -> list[ShardStats]:
         """Each answering server's shards (a server that fails or times out is left out)."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayError
-
-        refs = [s.shard_stats.remote() for s in self.servers]
-        found: list[ShardStats] = []
-        for ref in refs:
-            with contextlib.suppress(RayError, GetTimeoutError):
-                found.extend(ray.get(ref, timeout=self.timeout_s))
-        return sorted(found, key=lambda s: s.shard)
+        got = self._gather([s.shard_stats.remote() for s in self.servers])
+        return sorted((s for x in got if not isinstance(x, Exception) for s in x), key=lambda s: s.shard)
 
     def close(self) -> None:
         import ray
