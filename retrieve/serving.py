@@ -50,11 +50,6 @@ class ServingIndex:
     def version_id(self) -> str:
         return self.version.version_id if self.version else "delta-only"
 
-    @property
-    def index_rows(self) -> np.ndarray:
-        """Sorted row ids held by the version (every shard's)."""
-        return np.sort(np.concatenate(self.shard_rows)) if self.shard_rows else np.zeros(0, np.int64)
-
     def in_index(self, rows: np.ndarray) -> np.ndarray:
         found = np.zeros(len(rows), dtype=bool)
         for held in self.shard_rows:

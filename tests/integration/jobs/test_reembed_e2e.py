@@ -152,7 +152,8 @@ def test_reembed_under_writes_and_reads(
         assert indexes.resolve_alias(conn, alias="live").version_id == target  # type: ignore[union-attr]
     snap = service.state.current
     assert snap.version_id == target and snap.model == model
-    served = {int(r) for r in snap.index_rows if int(r) in live_rows} | {int(r) for r in snap.delta.rows}
+    indexed = {int(r) for held in snap.shard_rows for r in held if int(r) in live_rows}
+    served = indexed | {int(r) for r in snap.delta.rows}
     assert served == live_rows  # exactly the live chunks, those written during the backfill too
     assert {int(r) for r in snap.delta.rows} <= live_rows
 
