@@ -72,7 +72,8 @@ class RequestContextMiddleware:
             # id, answered here so the connection stays usable (nothing is re-raised).
             log.exception("unhandled error: %s", type(exc).__name__)
             if not started_response:
-                await self._send_error(send, rid, 500, error_body("internal_error", "internal error", rid))
+                body = error_body("internal_error", "internal error", rid)
+                await send_error(send, 500, body, [(b"x-request-id", rid.encode())])
         finally:
             request_id_var.reset(token)
 
@@ -107,11 +108,7 @@ class RequestContextMiddleware:
     async def _refuse(cls, send: Send, rid: str, limit: int) -> None:
         metrics.ERRORS.labels("payload_too_large").inc()
         body = error_body("payload_too_large", f"request body exceeds {limit} bytes", rid)
-        await cls._send_error(send, rid, 413, body)
-
-    @staticmethod
-    async def _send_error(send: Send, rid: str, status: int, body: bytes) -> None:
-        await send_error(send, status, body, [(b"x-request-id", rid.encode())])
+        await send_error(send, 413, body, [(b"x-request-id", rid.encode())])
 
 
 async def send_error(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
