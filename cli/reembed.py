@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import subprocess
 import sys
 from pathlib import Path
 
@@ -79,7 +78,7 @@ def run_job(
 def _reembed(args: argparse.Namespace) -> int:
     from catalog.connect import migrated_url
     from jobs.reembed_job import ReembedArgs, start_reembed
-    from wiring.reembed import reembed_config
+    from wiring.reembed import reembed_config, spawn_resume
 
     settings = get_settings()
     url = migrated_url(settings)
@@ -107,13 +106,7 @@ def _reembed(args: argparse.Namespace) -> int:
     job_id = str(start_reembed(url, config))
     print(f"job {job_id}: migrating to {config.target.model_name}", file=sys.stderr)
     if not args.wait:
-        log = settings.log_dir / f"reembed-{job_id}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", args.model, "--resume", job_id]
-        with log.open("ab") as out:
-            subprocess.Popen(
-                cmd + ([] if config.use_ray else ["--no-ray"]), stdout=out, stderr=out, start_new_session=True
-            )
+        log = spawn_resume(settings, job_id, args.model, use_ray=config.use_ray)
         print(f"{job_id}\trunning (follow it: ragline jobs show {job_id}; log {log})")
         return 0
     state = run_job(settings, url, job_id, use_ray=config.use_ray, force_claim=False)

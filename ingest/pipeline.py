@@ -100,17 +100,17 @@ def prepare_batch(
     Parsing and chunking each get ``config.parse_timeout_seconds``.
     """
     digests = [hash_source(r.source, config) for r in requests]
-    changed = [i for i, (r, d) in enumerate(zip(requests, digests, strict=True)) if _unchanged(r, d) is None]
+    unchanged = [_unchanged(r, d) for r, d in zip(requests, digests, strict=True)]
+    changed = [i for i, u in enumerate(unchanged) if u is None]
     max_chars = config.max_chunks * config.chunk_tokens * _MAX_CHARS_PER_TOKEN
     parse_requests = [
         ParseRequest(requests[i].source, config.parse_timeout_seconds, max_chars) for i in changed
     ]
     parsed = dict(zip(changed, (parser or InProcessParser()).parse_all(parse_requests), strict=True))
-    outcomes: list[Outcome] = []
-    for i, (request, digest) in enumerate(zip(requests, digests, strict=True)):
-        unchanged = _unchanged(request, digest)
-        outcomes.append(unchanged or _chunk(request, digest, parsed[i], count_tokens, config))
-    return outcomes
+    return [
+        same or _chunk(request, digest, parsed[i], count_tokens, config)
+        for i, (request, digest, same) in enumerate(zip(requests, digests, unchanged, strict=True))
+    ]
 
 
 def _unchanged(request: PrepareRequest, digest: str) -> Unchanged | None:

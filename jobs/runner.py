@@ -97,7 +97,7 @@ class IngestRunner:
         self._embedder_factory = embedder_factory
         self._embedder: Embedder | None = None
         self._parser: Parser | None = None
-        self._embedder_lock = threading.Lock()
+        self._lazy_lock = threading.Lock()  # the embedder and the parser are built on first use
         self.dual = DualWriter(
             alias=config.alias,
             base_model=config.model_name,
@@ -119,7 +119,7 @@ class IngestRunner:
 
     @property
     def embedder(self) -> Embedder:
-        with self._embedder_lock:  # workers may ask at once; build one instance
+        with self._lazy_lock:  # workers may ask at once; build one instance
             if self._embedder is None:
                 self._embedder = self._embedder_factory()
             return self._embedder
@@ -127,9 +127,10 @@ class IngestRunner:
     @property
     def parser(self) -> Parser:
         """The inline path's parser, started on first use (its workers live until ``close``)."""
-        if self._parser is None:
-            self._parser = make_parser(self.config.isolation)
-        return self._parser
+        with self._lazy_lock:  # workers may ask at once; start one pool
+            if self._parser is None:
+                self._parser = make_parser(self.config.isolation)
+            return self._parser
 
     def start(self, *, resume: bool = True) -> None:
         """Start the workers; ``resume`` makes them look for queued and orphaned jobs at once

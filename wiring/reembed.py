@@ -146,13 +146,20 @@ def scheduled_reembed(settings: Settings, url: str) -> ScheduleRunner:
         args = ReembedArgs.from_params(params)
         config = reembed_config(settings, url, args, actor="schedule")
         job_id = start_reembed(url, config)
-        log_path = settings.log_dir / f"reembed-{job_id}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", args.model, "--resume", str(job_id)]
-        if not config.use_ray:
-            cmd.append("--no-ray")
-        with log_path.open("ab") as out:
-            subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+        log_path = spawn_resume(settings, job_id, args.model, use_ray=config.use_ray)
         return f"started reembed job {job_id} to {config.target.model_name} (log {log_path})"
 
     return run
+
+
+def spawn_resume(settings: Settings, job_id: object, model: str, *, use_ray: bool) -> Path:
+    """Run a started migration job in its own detached process (``ragline reembed --resume``),
+    which outlives this one; returns the log file it writes."""
+    log_path = settings.log_dir / f"reembed-{job_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", model, "--resume", str(job_id)]
+    with log_path.open("ab") as out:
+        subprocess.Popen(
+            cmd + ([] if use_ray else ["--no-ray"]), stdout=out, stderr=out, start_new_session=True
+        )
+    return log_path

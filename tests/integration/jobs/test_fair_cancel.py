@@ -280,7 +280,8 @@ def test_claims_are_fair_one_running_job_per_tenant(db_url: str) -> None:
         assert claim("w5") is None  # b2 waits for b1's new owner
         jobs_repo.request_cancel(conn, job_id=b1, tenant_id="tb")
         assert jobs_repo.renew_lease(conn, job_id=b1, owner="w4") == "cancel"
-        assert b2 != b1
+        b2_row = jobs_repo.get_job(conn, job_id=b2)
+        assert b2_row is not None and b2_row.state == "queued"  # never started behind b1
 
 
 def test_concurrent_claims_never_start_two_jobs_of_one_tenant(db_url: str) -> None:
