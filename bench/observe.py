@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import statistics
 import tempfile
 import time
@@ -30,13 +29,14 @@ import httpx
 from api.observe import ChangeVisibilityProbe, ObserveConfig, RetrieveAudit, RetrieveObserver
 from authz.principals import Principal
 from bench.common import print_table
-from bench.load import LoadConfig, LoadResult, RequestSpec, print_results, run_rates
+from bench.load import LoadConfig, LoadResult, print_results, run_rates
 from bench.retrieve import (
     build_live_index,
     create_query_key,
     database,
     load_catalog,
     query_texts,
+    retrieve_requests,
     server,
     synthetic_corpus,
 )
@@ -120,18 +120,7 @@ def _observe_cost(url: str, calls: int) -> list[list[object]]:
 
 
 def _run(base: str, token: str, queries: list[str], configs: list[LoadConfig]) -> list[LoadResult]:
-    sequence = itertools.count()
-    headers = {"Authorization": f"Bearer {token}"}
-
-    def request(i: int) -> RequestSpec:
-        body = {
-            "query": queries[next(sequence) % len(queries)],
-            "top_k": 8,
-            "mode": "hybrid",
-            "rerank": False,
-        }
-        return RequestSpec("POST", "/v1/retrieve", body, headers)
-
+    request = retrieve_requests(queries, token, top_k=8, mode="hybrid", rerank=False)
     return asyncio.run(run_rates(base, request, configs))
 
 

@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import math
 import os
 import tempfile
 from pathlib import Path
 
 from bench.common import print_table
-from bench.load import LoadConfig, LoadResult, RequestSpec, run_rates
+from bench.load import LoadConfig, LoadResult, run_rates
 from bench.retrieve import (
     build_live_index,
     create_query_key,
     database,
     load_catalog,
     query_texts,
+    retrieve_requests,
     server,
     synthetic_corpus,
 )
@@ -56,12 +56,7 @@ def _measure(
     url: str, data_dir: Path, env: dict[str, str], queries: list[str], token: str, args: argparse.Namespace
 ) -> list[LoadResult]:
     rates = [float(r) for r in args.rates.split(",")]
-    sequence = itertools.count()
-    headers = {"Authorization": f"Bearer {token}"}
-
-    def request(_: int) -> RequestSpec:
-        body = {"query": queries[next(sequence) % len(queries)], "top_k": 8, "mode": "hybrid"}
-        return RequestSpec("POST", "/v1/retrieve", body, headers)
+    request = retrieve_requests(queries, token, top_k=8, mode="hybrid")
 
     configs = [
         LoadConfig(

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,6 +316,21 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log_path: Path) -> Non
     raise SystemExit(f"server not ready after {READY_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")
 
 
+def retrieve_requests(queries: Sequence[str], token: str, **body: object) -> Callable[[int], RequestSpec]:
+    """A load generator's request maker: ``POST /v1/retrieve`` with the next query in turn
+    and ``body``'s fields. A counter of its own, not the request index: each rate of a run
+    restarts the index at 0 and would repeat its queries."""
+    sequence = itertools.count()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def request(_: int) -> RequestSpec:
+        return RequestSpec(
+            "POST", "/v1/retrieve", {"query": queries[next(sequence) % len(queries)], **body}, headers
+        )
+
+    return request
+
+
 def query_texts(corpus: Corpus, count: int, seed: int = 1) -> list[str]:
     """Queries of 2-4 words of one topic, sometimes with a background word."""
     rng = np.random.default_rng(seed)
@@ -414,7 +429,6 @@ def main() -> None:
         # otherwise answer repeats without running the model, flattering every rate but the first.
         expected = sum(rate * (args.duration + args.warmup) for rate in rates)
         queries = query_texts(corpus, int(expected * 1.5) + 500, seed=args.seed + 1)
-        sequence = itertools.count()
         del corpus  # the server needs the memory more than we do
         t = time.perf_counter()
         rerank = (
@@ -424,17 +438,9 @@ def main() -> None:
         )
         with server(url, tmp, args.workers, rerank) as (base, pid):
             print(f"server ready in {time.perf_counter() - t:.1f}s")
-            headers = {"Authorization": f"Bearer {token}"}
-
-            def request(i: int) -> RequestSpec:
-                # A global counter, not i: each rate restarts i at 0 and would repeat its queries.
-                body = {
-                    "query": queries[next(sequence) % len(queries)],
-                    "top_k": args.top_k,
-                    "mode": "hybrid",
-                    "rerank": rerank is not None,
-                }
-                return RequestSpec("POST", "/v1/retrieve", body, headers)
+            request = retrieve_requests(
+                queries, token, top_k=args.top_k, mode="hybrid", rerank=rerank is not None
+            )
 
             _check(base, request(0))
             configs = [
@@ -479,12 +485,7 @@ def _cold(args: argparse.Namespace, tmp: Path, corpus: Corpus, token: str, rate:
     url = cluster.url
     phases = [w for _ in range(args.cold) for w in cold.PHASES]
     queries = query_texts(corpus, int(rate * args.duration * len(phases) * 1.5) + 500, seed=args.seed + 1)
-    sequence = itertools.count()
-    headers = {"Authorization": f"Bearer {token}"}
-
-    def request(i: int) -> RequestSpec:
-        body = {"query": queries[next(sequence) % len(queries)], "top_k": args.top_k, "mode": "hybrid"}
-        return RequestSpec("POST", "/v1/retrieve", body, headers)
+    request = retrieve_requests(queries, token, top_k=args.top_k, mode="hybrid")
 
     window_s = min(args.duration, 10.0)
     windows = [

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import math
 import os
@@ -36,7 +35,7 @@ import faiss
 import numpy as np
 
 from bench.common import print_table
-from bench.load import LoadConfig, RequestSpec, run_rates
+from bench.load import LoadConfig, run_rates
 from bench.retrieve import (
     Corpus,
     build_live_index,
@@ -44,6 +43,7 @@ from bench.retrieve import (
     database,
     load_catalog,
     query_texts,
+    retrieve_requests,
     server,
     synthetic_corpus,
 )
@@ -134,12 +134,7 @@ def _retrieve_latency(
     url: str, data_dir: Path, token: str, queries: list[str], args: argparse.Namespace, shard_servers: int
 ) -> tuple[float, float, float, int]:
     """Client p50/p95 ms, throughput and the server's process-tree RSS at one fixed rate."""
-    sequence = itertools.count()
-    headers = {"Authorization": f"Bearer {token}"}
-
-    def request(_: int) -> RequestSpec:
-        body = {"query": queries[next(sequence) % len(queries)], "top_k": 8, "mode": "hybrid"}
-        return RequestSpec("POST", "/v1/retrieve", body, headers)
+    request = retrieve_requests(queries, token, top_k=8, mode="hybrid")
 
     config = LoadConfig(
         rate=args.rate, duration_s=args.duration, warmup_s=args.warmup, timeout_s=10.0, arrival="fixed"
