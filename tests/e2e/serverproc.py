@@ -76,7 +76,11 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
             )
         self.starts += 1
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:  # a server that never came up is not left running
+            self.kill()
+            raise
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook runs, as in a power cut or an OOM kill."""

@@ -323,4 +323,7 @@ def test_the_api_process_rss_stays_under_the_worker_memory_limit(
         for row in run.rows.values():
             outcomes = ", ".join(sorted(set(row.outcomes.values())))
             print(f"{row.case:<26} {row.growth_mb:>14.1f} {row.seconds:>8.1f}  {outcomes}")
+    if run.peak_method != "VmHWM (reset per case)":
+        # a lifetime peak's growth is only a lower bound of a case's own (often 0): no check
+        pytest.skip("needs /proc/self/clear_refs to measure each case's own peak RSS")
     assert all(row.growth_mb < MEMORY_MB for row in run.rows.values()), run.rows
