@@ -1,10 +1,11 @@
-"""The read pool's connection check, per checkout: every checkout vs only after 1 s idle.
+"""The pools' connection check, per checkout: on every checkout vs only after 1 s idle.
 
 Run: ``python -m bench.pool_check --checkouts 5000``. One local PostgreSQL cluster (or
 ``RAGLINE_DATABASE_URL``); three pools of one connection each, opened as the API opens its read
 pool (``catalog.db.open_pool``, autocommit): "no check" is the baseline, "check every
-checkout" is psycopg_pool's ``check_connection`` on each hand-out (what the pools did before),
-"check after 1 s idle" is what ``open_pool`` does now. Each checkout runs one ``SELECT 1``,
+checkout" is psycopg_pool's ``check_connection`` on each hand-out (what ``open_pool`` does),
+"check after 1 s idle" the alternative that was measured and rejected (it slowed recovery
+after a PostgreSQL restart, docs/benchmarks.md). Each checkout runs one ``SELECT 1``,
 as the retrieve path's single-statement reads do; the variants alternate in rounds so drift
 on a shared machine hits them alike. The table gives the time per checkout and its ratio to
 the baseline.
@@ -18,11 +19,24 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from bench.common import print_table
 from bench.retrieve import database
 from catalog import db
+
+IDLE_S = 1.0
+_RETURNED_AT = "_bench_returned_at"
+
+
+def _stamp_return(conn: psycopg.Connection) -> None:
+    setattr(conn, _RETURNED_AT, time.monotonic())
+
+
+def _check_if_idle(conn: psycopg.Connection) -> None:
+    if time.monotonic() - getattr(conn, _RETURNED_AT, float("-inf")) >= IDLE_S:
+        ConnectionPool.check_connection(conn)
 
 
 def _args() -> argparse.Namespace:
@@ -44,14 +58,15 @@ def main() -> None:
     args = _args()
     with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp, database(Path(tmp)) as url:
         variants = {
-            "no check (baseline)": None,
-            "check every checkout": ConnectionPool.check_connection,
-            "check after 1 s idle (now)": db._check_if_idle,
+            "no check (baseline)": (None, None),
+            "check every checkout (open_pool)": (ConnectionPool.check_connection, None),
+            "check after 1 s idle": (_check_if_idle, _stamp_return),
         }
         pools = {}
-        for name, check in variants.items():
+        for name, (check, reset) in variants.items():
             pool = db.open_pool(url, size=1, name=name, autocommit=True)
-            pool._check = check  # the one knob that differs; psycopg_pool reads it per checkout
+            # the knobs that differ; psycopg_pool reads them per checkout and per return
+            pool._check, pool._reset = check, reset
             pools[name] = pool
         try:
             times: dict[str, list[float]] = {name: [] for name in pools}
