@@ -63,6 +63,7 @@ def create_key(
     can_delegate: bool = False,
     name: str | None = None,
     actor: str = "cli",
+    via: str = "cli",
 ) -> NewKey:
     """Create a key in the caller's transaction; the plaintext exists only in the result."""
     bad = [r for r in roles if r not in ROLES]
@@ -87,16 +88,29 @@ def create_key(
         action="api_key.create",
         tenant_id=tenant_id,
         target=key_id,
-        details={"roles": sorted(set(roles)), "principal": principal, "delegate": can_delegate},
+        details={"roles": sorted(set(roles)), "principal": principal, "delegate": can_delegate, "via": via},
     )
     return NewKey(key_id, token, tenant_id, principal, tuple(sorted(set(roles))), can_delegate)
 
 
 def revoke(
-    conn: psycopg.Connection, *, key_id: str, actor: str = "cli", tenant_id: str | None = None
+    conn: psycopg.Connection,
+    *,
+    key_id: str,
+    actor: str = "cli",
+    tenant_id: str | None = None,
+    via: str = "cli",
 ) -> bool:
     """Revoke a key; with ``tenant_id``, only one of that tenant's (an admin's own tenant)."""
     done = repo.revoke_key(conn, key_id=key_id, tenant_id=tenant_id)
     if done:
-        audit.record(conn, actor=actor, action="api_key.revoke", target=key_id)
+        row = repo.get_key(conn, key_id=key_id)
+        audit.record(
+            conn,
+            actor=actor,
+            action="api_key.revoke",
+            tenant_id=row.tenant_id if row else tenant_id,
+            target=key_id,
+            details={"via": via},
+        )
     return done

@@ -14,6 +14,91 @@ from psycopg.types.json import Jsonb
 
 
 @dataclass(frozen=True, slots=True)
+class Shape:
+    """What an action's entries hold: ``target`` names what it points at; ``details`` are the
+    keys every entry has, ``optional`` those some have (``via``: api, cli, scheduler, ...)."""
+
+    target: str
+    details: frozenset[str]
+    optional: frozenset[str] = frozenset()
+
+
+def _write(target: str, *keys: str, optional: tuple[str, ...] = ()) -> Shape:
+    return Shape(target, frozenset((*keys, "via")), frozenset(optional))
+
+
+# Every action the log holds, one shape each, whichever path (API route, CLI command,
+# console, connector, maintenance tick) wrote it: ``record`` refuses anything else, so a new
+# write path cannot invent its own names or fields. Add a row here with a new action.
+ACTIONS: Mapping[str, Shape] = {
+    "ingest.push": _write("job id", "documents", "coalesced"),
+    "document.delete": _write("external id", "chunks"),
+    "document.acl": _write("external id", "principals", "public"),
+    "principal.groups": _write("principal id", "groups"),
+    "api_key.create": _write("key id", "roles", "principal", "delegate"),
+    "api_key.revoke": _write("key id"),
+    "job.cancel": _write("job id", "kind", "state"),
+    "job.resume": _write("job id", "kind", "state"),
+    "index.rebuild": _write("version id", "model", "shards", "chunks", "reasons"),
+    "index.swap": _write("alias", "from", "to", "reasons"),
+    "index.gc": _write("deleted version ids", "deleted"),
+    "reembed.start": _write(
+        "model",
+        "job_id",
+        "from",
+        "model",
+        "chunking",
+        "index_kind",
+        "shards",
+        "gate_dataset",
+        "gate_tolerance",
+        "query_file",
+        "force",
+    ),
+    "reembed.swap": _write("alias", "job_id", "from", "to", "model", "gate_passed", "forced"),
+    "schedule.add": _write("schedule id", "job", "cron", "args"),
+    "schedule.remove": _write("schedule id"),
+    "connector.state": _write(
+        "connector", "cursor", "set_documents", "remove_documents", "set_groups", "remove_groups"
+    ),
+    "connector.reset": _write("connector", "had_state"),
+    "console.search_as": _write("principal id"),
+    "console.explain": _write("principal id"),
+    "schema.migrate": Shape("migration", frozenset({"checksum"})),
+    "retrieve": Shape(
+        "request id",
+        frozenset(
+            {
+                "key_id",
+                "on_behalf_of",
+                "mode",
+                "top_k",
+                "filters",
+                "chunk_ids",
+                "index_version",
+                "model",
+                "catalog_position",
+                "latency_ms",
+                "degraded",
+            }
+        ),
+        frozenset({"query"}),
+    ),
+}
+
+
+def check(action: str, details: Mapping[str, Any] | None) -> None:
+    """Raise ValueError unless ``details`` has exactly the keys ``action``'s shape names."""
+    shape = ACTIONS.get(action)
+    if shape is None:
+        raise ValueError(f"unknown audit action {action!r}: add its shape to catalog.audit.ACTIONS")
+    keys = set(details or {})
+    missing, extra = shape.details - keys, keys - shape.details - shape.optional
+    if missing or extra:
+        raise ValueError(f"audit {action}: missing {sorted(missing)}, unexpected {sorted(extra)}")
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEvent:
     """One entry to append; ``at`` is the time it happened (now when None)."""
 
@@ -45,6 +130,8 @@ def record(
     target: str | None = None,
     details: Mapping[str, Any] | None = None,
 ) -> None:
+    """Append one entry in the caller's transaction (see ``ACTIONS`` for its shape)."""
+    check(action, details)
     conn.execute(
         "INSERT INTO audit_log (tenant_id, actor, action, target, details) VALUES (%s, %s, %s, %s, %s)",
         (tenant_id, actor, action, target, Jsonb(dict(details or {}))),
@@ -55,6 +142,8 @@ def record_many(conn: psycopg.Connection, *, events: Sequence[AuditEvent]) -> in
     """Append ``events`` in one COPY (the batch writer's path); returns how many."""
     if not events:
         return 0
+    for e in events:
+        check(e.action, e.details)
     with conn.cursor() as cur:
         with cur.copy("COPY audit_log (at, tenant_id, actor, action, target, details) FROM STDIN") as copy:
             for e in events:

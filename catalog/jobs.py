@@ -121,6 +121,11 @@ def create_job(
         "INSERT INTO jobs (job_id, tenant_id, kind, params, documents_total) VALUES (%s, %s, %s, %s, %s)",
         (job_id, tenant_id, kind, Jsonb(dict(params or {})), len(items)),
     )
+    _copy_items(conn, job_id, items, first=0)
+    return job_id
+
+
+def _copy_items(conn: psycopg.Connection, job_id: uuid.UUID, items: Sequence[NewItem], *, first: int) -> None:
     with (
         conn.cursor() as cur,
         cur.copy(
@@ -128,7 +133,7 @@ def create_job(
             " acl_public, payload, payload_path, byte_size) FROM STDIN"
         ) as copy,
     ):
-        for no, it in enumerate(items):
+        for no, it in enumerate(items, start=first):
             copy.write_row(
                 (
                     job_id,
@@ -144,7 +149,56 @@ def create_job(
                     it.byte_size,
                 )
             )
-    return job_id
+
+
+# Serialises a tenant's pushes (two-key advisory lock: this namespace, the tenant's hash), so
+# its queue depth is read and its queued job is joined by one push at a time.
+_QUEUE_LOCK = 0x72677175
+
+
+def lock_tenant_queue(conn: psycopg.Connection, *, tenant_id: str) -> None:
+    """Hold the tenant's queue lock until the caller's transaction ends."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_QUEUE_LOCK, tenant_id))
+
+
+def queued_documents(conn: psycopg.Connection, *, tenant_id: str) -> int:
+    """Documents the tenant's queued and running ingest jobs have still to do."""
+    row = conn.execute(
+        "SELECT coalesce(sum(documents_total - documents_done), 0) FROM jobs"
+        " WHERE tenant_id = %s AND kind = 'ingest' AND state IN ('queued', 'running')",
+        (tenant_id,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def joinable_job(
+    conn: psycopg.Connection, *, tenant_id: str, external_ids: Sequence[str], max_documents: int
+) -> uuid.UUID | None:
+    """The tenant's newest queued push job that ``external_ids`` may join, locked: no runner
+    has claimed it, no cancel was asked, it stays within ``max_documents`` and holds none of
+    these ids (one job never writes a document twice)."""
+    row = conn.execute(
+        "SELECT j.job_id FROM jobs j WHERE j.tenant_id = %(tenant)s AND j.kind = 'ingest'"
+        " AND j.state = 'queued' AND NOT j.cancel_requested AND j.params @> '{\"coalesce\": true}'"
+        " AND j.documents_total + %(n)s <= %(max)s"
+        " AND NOT EXISTS (SELECT 1 FROM job_items i WHERE i.job_id = j.job_id"
+        "                 AND i.external_id = ANY(%(ids)s))"
+        " ORDER BY j.created_at DESC LIMIT 1 FOR UPDATE OF j SKIP LOCKED",
+        {"tenant": tenant_id, "n": len(external_ids), "max": max_documents, "ids": list(external_ids)},
+    ).fetchone()
+    return row[0] if row else None
+
+
+def append_items(conn: psycopg.Connection, *, job_id: uuid.UUID, items: Sequence[NewItem]) -> None:
+    """Add ``items`` to a queued job the caller holds locked (``joinable_job``)."""
+    row = conn.execute(
+        "UPDATE jobs SET documents_total = documents_total + %s, updated_at = now()"
+        " WHERE job_id = %s AND state = 'queued' RETURNING documents_total - %s",
+        (len(items), job_id, len(items)),
+    ).fetchone()
+    if row is None:
+        raise LookupError(f"job {job_id} is no longer queued")
+    _copy_items(conn, job_id, items, first=int(row[0]))
 
 
 def get_job(conn: psycopg.Connection, *, job_id: uuid.UUID, tenant_id: str | None = None) -> JobRow | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from cli.output import add_json_flag, print_json, print_rows
+from cli.output import add_json_flag, operator, print_json, print_rows
 from core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ def _show(args: argparse.Namespace) -> int:
 def _rebuild(args: argparse.Namespace) -> int:
     from catalog import indexes
     from catalog import reembed as reembed_repo
+    from jobs import index_admin
     from jobs.rebuild_job import rebuild, rebuild_advice, rebuild_on_ray
     from wiring import rebuild_config
 
@@ -158,9 +159,12 @@ def _rebuild(args: argparse.Namespace) -> int:
         else:
             version = rebuild(url, config)
         print(f"built {version}")
+        why = list(advice.reasons) if args.if_needed else []
+        index_admin.record_rebuild(conn, version_id=version, actor=operator(), via="cli", reasons=why)
         if args.swap:
-            with conn.transaction():
-                previous = indexes.swap_alias(conn, alias=args.swap, version_id=version)
+            previous = index_admin.point_alias(
+                conn, alias=args.swap, version_id=version, actor=operator(), via="cli", reasons=why
+            )
             print(f"{args.swap}: {previous} -> {version}")
     return 0
 
@@ -170,7 +174,7 @@ def _swap(args: argparse.Namespace) -> int:
 
     conn, _ = _conn(get_settings())
     with conn:
-        previous = swap(conn, alias=args.alias, version_id=args.version, actor="cli")
+        previous = swap(conn, alias=args.alias, version_id=args.version, actor=operator(), via="cli")
     print(f"{args.alias}: {previous} -> {args.version}")
     return 0
 
@@ -182,7 +186,7 @@ def _gc(args: argparse.Namespace) -> int:
     grace = args.grace_seconds if args.grace_seconds is not None else settings.index.gc_grace_seconds
     conn, _ = _conn(settings)
     with conn:
-        report = collect_garbage(conn, grace_seconds=grace)
+        report = collect_garbage(conn, grace_seconds=grace, actor=operator(), via="cli")
     for version_id in report.deleted:
         print(f"deleted {version_id}")
     if not report.deleted:

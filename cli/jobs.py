@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from catalog.jobs import NewItem
-from cli.output import add_json_flag, print_json, print_rows
+from cli.output import add_json_flag, operator, print_json, print_rows
 from core.records import Acl
 from core.settings import Settings, get_settings
 from core.validation import acl_principal, metadata_pair
@@ -109,9 +109,8 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
     """Create the job and run it here; returns (job id, final state)."""
     import psycopg
 
-    from catalog import jobs as jobs_repo
-    from catalog import principals as principals_repo
     from core.progress import Progress
+    from jobs.operations import queue_ingest
     from wiring import make_runner
 
     url = _url(settings)
@@ -119,14 +118,14 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
     if not items:
         raise SystemExit("ragline: no supported files found")
     with psycopg.connect(url) as conn:
-        principals_repo.ensure_tenant(conn, tenant_id=args.tenant)
-        job_id = jobs_repo.create_job(
+        job_id = queue_ingest(
             conn,
             tenant_id=args.tenant,
-            kind="ingest",
+            actor=operator(),
+            via="cli",
             items=items,
             params={"paths": [str(p) for p in args.paths]},
-        )
+        ).job_id
     print(f"job {job_id}: {len(items)} documents", file=sys.stderr)
     runner = make_runner(settings, url, use_ray=not args.no_ray)
     progress = Progress(len(items))
@@ -244,6 +243,13 @@ def _jobs_resume(args: argparse.Namespace) -> int:
         state = runner.run_job(args.job_id, on_progress=progress, force=True)
     finally:
         progress.close()
+    if state is not None:
+        from jobs.operations import record_resume
+
+        with psycopg.connect(_url(settings)) as conn:
+            resumed = jobs_repo.get_job(conn, job_id=args.job_id)
+            if resumed is not None:
+                record_resume(conn, resumed, actor=operator(), via="cli")
     print(state or "not resumable (finished, or held by a live worker)")
     return 0 if state else 1
 
@@ -251,10 +257,10 @@ def _jobs_resume(args: argparse.Namespace) -> int:
 def _jobs_cancel(args: argparse.Namespace) -> int:
     import psycopg
 
-    from catalog import jobs as jobs_repo
+    from jobs.operations import cancel
 
     with psycopg.connect(_url(get_settings())) as conn:
-        job = jobs_repo.request_cancel(conn, job_id=args.job_id, tenant_id=None)
+        job = cancel(conn, job_id=args.job_id, tenant_id=None, actor=operator(), via="cli")
     if job is None:
         print(f"ragline: no job {args.job_id}", file=sys.stderr)
         return 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.output import add_json_flag, print_rows
+from cli.output import add_json_flag, operator, print_rows
 from core.settings import get_settings
 
 
@@ -46,6 +46,8 @@ def _create(args: argparse.Namespace) -> int:
             principal_id=args.principal,
             can_delegate=args.delegate,
             name=args.name,
+            actor=operator(),
+            via="cli",
         )
     print(key.token)
     return 0
@@ -84,6 +86,6 @@ def _revoke(args: argparse.Namespace) -> int:
     from authz.api_keys import revoke
 
     with psycopg.connect(_conninfo()) as conn:
-        done = revoke(conn, key_id=args.key_id)
+        done = revoke(conn, key_id=args.key_id, actor=operator(), via="cli")
     print("revoked" if done else "no such active key")
     return 0 if done else 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -11,6 +12,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+
+def operator() -> str:
+    """Who a command acts as in the audit log: the operator's login."""
+    return f"operator:{getpass.getuser()}"
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

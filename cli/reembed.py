@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 from pathlib import Path
 
+from cli.output import operator as _actor
 from core.settings import Settings, get_settings
 
 
@@ -34,10 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-ray", action="store_true", help="embed in this process instead of Ray actors")
     p.add_argument("--resume", metavar="JOB_ID", help="resume a migration job whose process died")
     p.set_defaults(handler=_reembed)
-
-
-def _actor() -> str:
-    return f"operator:{getpass.getuser()}"
 
 
 def run_job(

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from cli.output import add_json_flag, print_rows
+from cli.output import add_json_flag, operator, print_rows
 from core.settings import get_settings
 
 
@@ -51,7 +51,15 @@ def _add(args: argparse.Namespace) -> int:
             raise InvalidInputError(f"--arg {kv!r} must be KEY=VALUE")
         job_args[key] = value
     with psycopg.connect(_url()) as conn:
-        row = add(conn, job=args.job, cron=args.cron, args=job_args, actor="cli", now=datetime.now(UTC))
+        row = add(
+            conn,
+            job=args.job,
+            cron=args.cron,
+            args=job_args,
+            actor=operator(),
+            now=datetime.now(UTC),
+            via="cli",
+        )
     print(f"schedule {row.schedule_id}: {row.job} at '{row.cron}', next run {row.next_run_at.isoformat()}")
     return 0
 
@@ -79,12 +87,12 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
-    from catalog.schedules import remove_schedule
     from core.errors import NotFoundError
+    from jobs.schedules import remove
 
     try:
         with psycopg.connect(_url()) as conn:
-            remove_schedule(conn, schedule_id=args.schedule_id)
+            remove(conn, schedule_id=args.schedule_id, actor=operator(), via="cli")
     except NotFoundError as exc:
         print(f"ragline: {exc.message}", file=sys.stderr)
         return 1

@@ -92,6 +92,15 @@ class RateLimitedError(RaglineError):
         self.limit = limit
 
 
+class QueueFullError(RateLimitedError):
+    """A tenant's ingestion queue is past its configured depth; push again after ``retry_after_s``."""
+
+    code = "ingest_queue_full"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, limit="ingest_queue")
+
+
 class CapacityError(ConflictError):
     """The configured RAM or disk budget cannot hold what was asked for (two index versions)."""
 

@@ -4,7 +4,7 @@ versions and aliases, checked swaps and rollbacks, and garbage collection."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,7 +93,15 @@ def overview(conn: psycopg.Connection) -> tuple[list[VersionOverview], list[Alia
     return out, aliases
 
 
-def swap(conn: psycopg.Connection, *, alias: str, version_id: str, actor: str) -> str | None:
+def swap(
+    conn: psycopg.Connection,
+    *,
+    alias: str,
+    version_id: str,
+    actor: str,
+    via: str,
+    reasons: Sequence[str] = (),
+) -> str | None:
     """Point ``alias`` at ``version_id`` after checking its files; returns the previous target.
 
     Raises:
@@ -108,22 +116,61 @@ def swap(conn: psycopg.Connection, *, alias: str, version_id: str, actor: str) -
         verify_version(Path(row.path))  # refuse a corrupt version before any node tries it
     except IndexIntegrityError as exc:
         raise ConflictError(f"index version {version_id} fails verification: {exc.message}") from exc
+    return point_alias(conn, alias=alias, version_id=version_id, actor=actor, via=via, reasons=reasons)
+
+
+def point_alias(
+    conn: psycopg.Connection,
+    *,
+    alias: str,
+    version_id: str,
+    actor: str,
+    via: str,
+    reasons: Sequence[str] = (),
+) -> str | None:
+    """Move ``alias`` to ``version_id`` and audit ``index.swap`` in one transaction, without
+    re-checking the files (a version this process just built); returns the previous target."""
     with conn.transaction():
         previous = indexes_repo.swap_alias(conn, alias=alias, version_id=version_id)
         audit.record(
-            conn, actor=actor, action="index.swap", target=alias, details={"from": previous, "to": version_id}
+            conn,
+            actor=actor,
+            action="index.swap",
+            target=alias,
+            details={"from": previous, "to": version_id, "reasons": list(reasons), "via": via},
         )
     return previous
 
 
-def rollback(conn: psycopg.Connection, *, alias: str, actor: str) -> tuple[str, str]:
+def record_rebuild(
+    conn: psycopg.Connection, *, version_id: str, actor: str, via: str, reasons: Sequence[str] = ()
+) -> None:
+    """Audit ``index.rebuild`` for a version just built (CLI, schedule or maintenance tick)."""
+    row = indexes_repo.get_version(conn, version_id=version_id)
+    with conn.transaction():
+        audit.record(
+            conn,
+            actor=actor,
+            action="index.rebuild",
+            target=version_id,
+            details={
+                "model": row.embedding_model if row else None,
+                "shards": row.n_shards if row else None,
+                "chunks": row.chunk_count if row else None,
+                "reasons": list(reasons),
+                "via": via,
+            },
+        )
+
+
+def rollback(conn: psycopg.Connection, *, alias: str, actor: str, via: str) -> tuple[str, str]:
     """Point ``alias`` back at the version it pointed at before; returns (from, to)."""
     row = next((a for a in indexes_repo.alias_rows(conn) if a.alias == alias), None)
     if row is None:
         raise NotFoundError(f"no alias {alias}")
     if row.previous_version is None or row.previous_version == row.version_id:
         raise ConflictError(f"alias {alias} has no earlier version to roll back to")
-    swap(conn, alias=alias, version_id=row.previous_version, actor=actor)
+    swap(conn, alias=alias, version_id=row.previous_version, actor=actor, via=via, reasons=("rollback",))
     return row.version_id, row.previous_version
 
 
@@ -133,14 +180,24 @@ class GcReport:
     kept: tuple[tuple[str, str], ...]  # (version id, why it was kept)
 
 
-def collect_garbage(conn: psycopg.Connection, *, grace_seconds: int) -> GcReport:
-    """Delete the files of versions no alias uses (nor could roll back to) past the grace period."""
+def collect_garbage(conn: psycopg.Connection, *, grace_seconds: int, actor: str, via: str) -> GcReport:
+    """Delete the files of versions no alias uses (nor could roll back to) past the grace
+    period; audits ``index.gc`` when it deleted any."""
     deleted = []
     for v in indexes_repo.gc_candidates(conn, grace_seconds=grace_seconds):
         shutil.rmtree(v.path, ignore_errors=True)
         with conn.transaction():
             indexes_repo.retire(conn, version_id=v.version_id)
         deleted.append(v.version_id)
+    if deleted:
+        with conn.transaction():
+            audit.record(
+                conn,
+                actor=actor,
+                action="index.gc",
+                target=",".join(deleted),
+                details={"deleted": deleted, "via": via},
+            )
     kept = kept_reasons(indexes_repo.list_versions(conn), indexes_repo.alias_rows(conn), grace_seconds)
     return GcReport(tuple(deleted), tuple(kept))
 

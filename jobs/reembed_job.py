@@ -91,6 +91,7 @@ class ReembedConfig:
     tenant_id: str  # the job is recorded under this tenant
     actor: str  # who started it (audit: and who forced it)
     lease_seconds: float  # a migration silent this long (its process died) may be taken over
+    via: str = "cli"  # the path that started or runs it (audit: api, cli, scheduler)
 
 
 class Cancelled(Exception):
@@ -173,7 +174,12 @@ def start_reembed(conninfo: str, config: ReembedConfig, *, target_dim: int | Non
                 action="reembed.start",
                 tenant_id=config.tenant_id,
                 target=config.target.model_name,
-                details={"job_id": str(job_id), "from": live_model, **config.args.to_params()},
+                details={
+                    "job_id": str(job_id),
+                    "from": live_model,
+                    **config.args.to_params(),
+                    "via": config.via,
+                },
             )
         reembed_repo.start_migration(
             conn,
@@ -362,6 +368,7 @@ def _migrate(
                 "model": model,
                 "gate_passed": result["passed"],
                 "forced": not result["passed"],
+                "via": config.via,
             },
         )
     report["swapped"] = {

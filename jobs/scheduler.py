@@ -8,7 +8,6 @@ one replica do the work per tick, so several replicas can run it safely.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ import psycopg
 
 from catalog import audit, indexes, maintenance
 from catalog import reembed as reembed_repo
+from jobs import index_admin
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
 from jobs.schedules import ScheduledRun, ScheduleRunner, run_due
 from jobs.staging import collect_orphan_uploads
@@ -71,15 +71,8 @@ def rebuild_and_swap(
 ) -> str:
     """Build a version, point ``alias`` at it and audit the swap; returns the new version id."""
     built = rebuild(conninfo, config)
-    with conn.transaction():
-        previous = indexes.swap_alias(conn, alias=alias, version_id=built)
-        audit.record(
-            conn,
-            actor=actor,
-            action="index.swap",
-            target=alias,
-            details={"from": previous, "to": built, "reasons": why},
-        )
+    index_admin.record_rebuild(conn, version_id=built, actor=actor, via="scheduler", reasons=why)
+    index_admin.point_alias(conn, alias=alias, version_id=built, actor=actor, via="scheduler", reasons=why)
     return built
 
 
@@ -125,11 +118,9 @@ def _maintain(
         built = rebuild_and_swap(
             conn, conninfo, config, alias=policy.alias, actor="scheduler", why=list(advice.reasons)
         )
-    collected = []
-    for version in indexes.gc_candidates(conn, grace_seconds=policy.gc_grace_seconds):
-        shutil.rmtree(version.path, ignore_errors=True)
-        indexes.retire(conn, version_id=version.version_id)
-        collected.append(version.version_id)
+    collected = index_admin.collect_garbage(
+        conn, grace_seconds=policy.gc_grace_seconds, actor="scheduler", via="scheduler"
+    ).deleted
     collect_orphan_uploads(conn, upload_dir=policy.upload_dir, grace_seconds=policy.upload_gc_grace_seconds)
     removed = audit.collect_garbage(conn, retention_seconds=policy.audit_retention_seconds)
     if removed:

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from croniter import croniter
 
+from catalog import audit
 from catalog import schedules as schedules_repo
 from core.errors import InvalidInputError
 
@@ -84,17 +85,42 @@ def validate_args(job: str, args: Mapping[str, str]) -> dict[str, Any]:
 
 
 def add(
-    conn: psycopg.Connection, *, job: str, cron: str, args: Mapping[str, str], actor: str, now: datetime
+    conn: psycopg.Connection,
+    *,
+    job: str,
+    cron: str,
+    args: Mapping[str, str],
+    actor: str,
+    now: datetime,
+    via: str = "cli",
 ) -> schedules_repo.ScheduleRow:
-    """Store a schedule; its first run is the first window after ``now``."""
-    return schedules_repo.add_schedule(
-        conn,
-        job=job,
-        cron=validate_cron(cron),
-        args=validate_args(job, args),
-        next_run_at=next_after(cron, now),
-        created_by=actor,
-    )
+    """Store a schedule and audit ``schedule.add``; its first run is the first window after ``now``."""
+    with conn.transaction():
+        row = schedules_repo.add_schedule(
+            conn,
+            job=job,
+            cron=validate_cron(cron),
+            args=validate_args(job, args),
+            next_run_at=next_after(cron, now),
+            created_by=actor,
+        )
+        audit.record(
+            conn,
+            actor=actor,
+            action="schedule.add",
+            target=str(row.schedule_id),
+            details={"job": row.job, "cron": row.cron, "args": dict(row.args), "via": via},
+        )
+    return row
+
+
+def remove(conn: psycopg.Connection, *, schedule_id: int, actor: str, via: str = "cli") -> None:
+    """Delete a schedule and audit ``schedule.remove``; NotFoundError when there is none."""
+    with conn.transaction():
+        schedules_repo.remove_schedule(conn, schedule_id=schedule_id)
+        audit.record(
+            conn, actor=actor, action="schedule.remove", target=str(schedule_id), details={"via": via}
+        )
 
 
 def run_due(

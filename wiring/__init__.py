@@ -8,7 +8,7 @@ parameters.
 from wiring.audit import audit_writer
 from wiring.embedding import embedding_spec
 from wiring.index import dense_params, lexical_tokenizer, rebuild_config
-from wiring.ingest import make_runner
+from wiring.ingest import make_runner, queue_policy
 from wiring.maintenance import maintenance_scheduler
 from wiring.search import build_reranker, build_search_service
 from wiring.status import deployment_status
@@ -23,5 +23,6 @@ __all__ = [
     "embedding_spec",
     "maintenance_scheduler",
     "make_runner",
+    "queue_policy",
     "rebuild_config",
 ]

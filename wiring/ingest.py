@@ -6,6 +6,7 @@ from core.settings import Settings
 from index.embedder import Embedder
 from ingest.isolation import IsolationConfig
 from ingest.pipeline import ChunkingConfig
+from jobs.operations import QueuePolicy
 from jobs.runner import IngestRunner, RunnerConfig
 from wiring.embedding import embedding_spec
 from wiring.index import LIVE_ALIAS
@@ -55,3 +56,13 @@ def make_runner(
     """A runner for jobs in the catalog at ``url``; ``embedder`` reuses a loaded model."""
     config = runner_config(settings, url, use_ray=use_ray)
     return IngestRunner(config, lambda: embedder or config.embedding.load())
+
+
+def queue_policy(settings: Settings) -> QueuePolicy:
+    """How the API queues pushes (coalescing, the per-tenant depth limit)."""
+    ing = settings.ingest
+    return QueuePolicy(
+        coalesce_max_documents=ing.coalesce_max_documents,
+        max_queued_documents=ing.max_queued_documents,
+        retry_after_s=ing.queue_retry_after_seconds,
+    )

@@ -81,6 +81,7 @@ def reembed_config(
     actor: str,
     tenant_id: str | None = None,
     use_ray: bool | None = None,
+    via: str = "cli",
 ) -> ReembedConfig:
     """The migration ``args`` asks for, with everything else from ``settings.reembed``
     (``use_ray`` None: ``reembed.use_ray``)."""
@@ -133,6 +134,7 @@ def reembed_config(
         ram_budget_bytes=r.ram_budget_bytes,
         disk_budget_bytes=r.disk_budget_bytes,
         tenant_id=tenant_id or r.job_tenant,
+        via=via,
         actor=actor,
     )
 
@@ -144,7 +146,7 @@ def scheduled_reembed(settings: Settings, url: str) -> ScheduleRunner:
 
     def run(params: Mapping[str, Any]) -> str:
         args = ReembedArgs.from_params(params)
-        config = reembed_config(settings, url, args, actor="schedule")
+        config = reembed_config(settings, url, args, actor="schedule", via="scheduler")
         job_id = start_reembed(url, config)
         log_path = spawn_resume(settings, job_id, args.model, use_ray=config.use_ray)
         return f"started reembed job {job_id} to {config.target.model_name} (log {log_path})"

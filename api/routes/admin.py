@@ -36,7 +36,7 @@ def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool:
             action="principal.groups",
             tenant_id=admin.tenant_id,
             target=principal_id,
-            details={"groups": groups},
+            details={"groups": groups, "via": "api"},
         )
     return GroupsOut(principal=principal_id, groups=groups)
 
@@ -108,7 +108,9 @@ def post_reembed(body: ReembedIn, request: Request, admin: AdminPrincipal, pool:
     settings = request.app.state.settings
     url = request.app.state.database_url
     try:
-        config = reembed_config(settings, url, args, actor=admin.principal_id, tenant_id=admin.tenant_id)
+        config = reembed_config(
+            settings, url, args, actor=admin.principal_id, tenant_id=admin.tenant_id, via="api"
+        )
         job_id = start_reembed(url, config)
     except ConfigError as exc:  # the caller named a model that cannot be loaded: their input
         raise InvalidInputError(exc.message) from exc

@@ -76,6 +76,21 @@ def patch_state(
     )
     with pool.connection() as conn:
         saved = repo.merge_state(conn, tenant_id=principal.tenant_id, connector=connector, change=change)
+        audit.record(
+            conn,
+            actor=principal.principal_id,
+            action="connector.state",
+            tenant_id=principal.tenant_id,
+            target=connector,
+            details={
+                "cursor": body.cursor is not None,
+                "set_documents": len(body.set_documents or {}),
+                "remove_documents": len(body.remove_documents or []),
+                "set_groups": len(body.set_groups or {}),
+                "remove_groups": len(body.remove_groups or []),
+                "via": "api",
+            },
+        )
     return ConnectorStateSaved(
         connector=saved.connector,
         cursor=saved.cursor,
@@ -100,7 +115,7 @@ def reset_state(connector: ConnectorPath, principal: IngestPrincipal, pool: Pool
             action="connector.reset",
             tenant_id=principal.tenant_id,
             target=connector,
-            details={"had_state": had},
+            details={"had_state": had, "via": "api"},
         )
     return ConnectorStateOut(
         connector=connector,

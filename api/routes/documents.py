@@ -27,10 +27,11 @@ from api.schemas import (
 from catalog import audit
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
-from catalog import principals as principals_repo
 from core import validation
 from core.errors import BatchRejectedError, InvalidInputError, PayloadTooLargeError
 from core.records import Acl
+from jobs.operations import queue_ingest
+from wiring import queue_policy
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 
@@ -93,17 +94,11 @@ def _new_item(doc: DocumentIn, content: bytes) -> jobs_repo.NewItem:
 
 
 def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list[jobs_repo.NewItem]) -> str:
+    policy = queue_policy(request.app.state.settings)
     with pool.connection() as conn:
-        principals_repo.ensure_tenant(conn, tenant_id=tenant_id)
-        job_id = jobs_repo.create_job(conn, tenant_id=tenant_id, kind="ingest", items=items)
-        audit.record(
-            conn,
-            actor=actor,
-            action="ingest.push",
-            tenant_id=tenant_id,
-            target=str(job_id),
-            details={"documents": len(items)},
-        )
+        job_id = queue_ingest(
+            conn, tenant_id=tenant_id, actor=actor, via="api", items=items, policy=policy
+        ).job_id
     runner = getattr(request.app.state, "runner", None)
     if runner is not None:
         runner.submit(job_id)
@@ -198,7 +193,7 @@ def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep)
             action="document.delete",
             tenant_id=principal.tenant_id,
             target=external_id,
-            details={"chunks": hidden},
+            details={"chunks": hidden, "via": "api"},
         )
     return DocumentDeletedOut(external_id=external_id, deleted=True, chunks_tombstoned=hidden)
 
@@ -220,7 +215,7 @@ def put_acl(external_id: str, body: AclUpdate, principal: IngestPrincipal, pool:
             action="document.acl",
             tenant_id=principal.tenant_id,
             target=external_id,
-            details={"principals": body.principals, "public": body.public},
+            details={"principals": body.principals, "public": body.public, "via": "api"},
         )
     return DocumentAclOut(
         external_id=external_id, acl=AclView(principals=body.principals, public=body.public)

@@ -13,6 +13,7 @@ from api.errors import error_responses
 from api.schemas import ItemError, ItemWarnings, JobDocuments, JobOut, JobThroughput
 from catalog import jobs as jobs_repo
 from core.errors import ConflictError, NotFoundError, UnavailableError
+from jobs import operations
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -99,7 +100,9 @@ def list_jobs(
 def cancel_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
     """Stops a job between batches; items already written stay written."""
     with pool.connection() as conn:
-        job = jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=principal.tenant_id)
+        job = operations.cancel(
+            conn, job_id=job_id, tenant_id=principal.tenant_id, actor=principal.principal_id, via="api"
+        )
         if job is None:
             raise NotFoundError(f"no job {job_id}")
     return job_out(job, [])
@@ -119,7 +122,9 @@ def resume_job(job_id: uuid.UUID, request: Request, principal: IngestPrincipal, 
             raise NotFoundError(f"no job {job_id}")
         if runner is None:
             raise UnavailableError("the ingestion runner is not running")
-        reopened = jobs_repo.reopen_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
+        reopened = operations.reopen(
+            conn, job_id=job_id, tenant_id=principal.tenant_id, actor=principal.principal_id, via="api"
+        )
         if reopened is None:
             raise ConflictError(f"job {job_id} is {job.state} and has no items left to run")
     runner.submit(job_id)

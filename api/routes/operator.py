@@ -72,7 +72,12 @@ def _view(pool: ConnectionPool, admin: Principal, current: CurrentPrincipal, act
         known = principals_repo.principal_exists(conn, tenant_id=p.tenant_id, principal_id=p.principal_id)
         if p.principal_id != admin.principal_id:
             audit.record(
-                conn, actor=admin.principal_id, action=action, tenant_id=p.tenant_id, target=p.principal_id
+                conn,
+                actor=admin.principal_id,
+                action=action,
+                tenant_id=p.tenant_id,
+                target=p.principal_id,
+                details={"via": "console"},
             )
     return PrincipalView(principal_id=p.principal_id, groups=list(p.groups), known=known)
 
@@ -216,6 +221,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
                 can_delegate=body.can_delegate,
                 name=body.name,
                 actor=admin.principal_id,
+                via="console",
             )
             row = principals_repo.get_key(conn, key_id=key.key_id)
         assert row is not None
@@ -227,7 +233,9 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     def revoke_route(key_id: str, admin: AdminPrincipal, pool: PoolDep) -> KeyOut:
         """Revoke one of the tenant's keys; refused everywhere within a second."""
         with pool.connection() as conn:
-            done = revoke(conn, key_id=key_id, actor=admin.principal_id, tenant_id=admin.tenant_id)
+            done = revoke(
+                conn, key_id=key_id, actor=admin.principal_id, tenant_id=admin.tenant_id, via="console"
+            )
             row = principals_repo.get_key(conn, key_id=key_id)
         if not done or row is None or row.tenant_id != admin.tenant_id:
             raise NotFoundError(f"no active key {key_id} in this tenant")
@@ -293,7 +301,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         """Point an alias at a ready version whose files check out."""
         with pool.connection() as conn:
             previous = index_admin.swap(
-                conn, alias=alias, version_id=body.version_id, actor=admin.principal_id
+                conn, alias=alias, version_id=body.version_id, actor=admin.principal_id, via="console"
             )
         return _follow(request, alias, previous, body.version_id)
 
@@ -305,7 +313,9 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     def rollback_route(alias: str, request: Request, admin: AdminPrincipal, pool: PoolDep) -> SwapOut:
         """Point an alias back at the version it pointed at before."""
         with pool.connection() as conn:
-            previous, current = index_admin.rollback(conn, alias=alias, actor=admin.principal_id)
+            previous, current = index_admin.rollback(
+                conn, alias=alias, actor=admin.principal_id, via="console"
+            )
         return _follow(request, alias, previous, current)
 
     @router.post(
@@ -342,7 +352,9 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         """Delete versions no alias uses nor could roll back to, past the grace period."""
         grace = settings.index.gc_grace_seconds
         with pool.connection() as conn:
-            report = index_admin.collect_garbage(conn, grace_seconds=grace)
+            report = index_admin.collect_garbage(
+                conn, grace_seconds=grace, actor=admin.principal_id, via="console"
+            )
         return GcOut(
             deleted=list(report.deleted),
             kept=[GcKept(version_id=v, reason=r) for v, r in report.kept],
