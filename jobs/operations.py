@@ -20,6 +20,7 @@ import psycopg
 from catalog import audit
 from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
+from core import metrics
 from core.errors import QueueFullError
 
 
@@ -65,6 +66,7 @@ def queue_ingest(
         if policy.max_queued_documents:
             pending = jobs_repo.queued_documents(conn, tenant_id=tenant_id)
             if pending and pending + len(items) > policy.max_queued_documents:
+                metrics.RATE_LIMITED.labels("ingest_queue").inc()
                 raise QueueFullError(
                     f"this tenant has {pending} documents queued (limit {policy.max_queued_documents});"
                     f" retry after {policy.retry_after_s} s",

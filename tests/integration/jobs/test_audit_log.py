@@ -19,6 +19,12 @@ from tests import factories
 pytestmark = pytest.mark.integration
 
 
+def _retrieve(target: str | None = None, at: datetime | None = None) -> AuditEvent:
+    """A retrieve entry of the registered shape (its details' values do not matter here)."""
+    details = dict.fromkeys(audit.ACTIONS["retrieve"].details)
+    return AuditEvent(actor="user:a", action="retrieve", target=target, details=details, at=at)
+
+
 def _count(conn: psycopg.Connection, action: str) -> int:
     row = conn.execute("SELECT count(*) FROM audit_log WHERE action = %s", (action,)).fetchone()
     return int(row[0]) if row else 0
@@ -33,7 +39,7 @@ def test_writer_batches_flushes_and_drops_when_full(db_url: str, conn: psycopg.C
         )
         writer.start()
         for i in range(7):
-            assert writer.submit(AuditEvent(actor="user:a", action="retrieve", target=f"r{i}"))
+            assert writer.submit(_retrieve(f"r{i}"))
         assert writer.flush(5.0)
         assert _count(conn, "retrieve") == 7 and writer.written == 7 and sum(batches) == 7
         assert max(batches) <= 3  # never more than batch_size per COPY
@@ -41,8 +47,8 @@ def test_writer_batches_flushes_and_drops_when_full(db_url: str, conn: psycopg.C
 
         # Not started: nothing drains the queue, so the second event finds it full.
         stalled = AuditWriter(pool, AuditWriterConfig(batch_size=10, flush_s=0.05, queue_size=1))
-        assert stalled.submit(AuditEvent(actor="user:a", action="retrieve"))
-        assert not stalled.submit(AuditEvent(actor="user:a", action="retrieve"))
+        assert stalled.submit(_retrieve())
+        assert not stalled.submit(_retrieve())
         assert stalled.dropped == 1
     finally:
         pool.close()
@@ -55,8 +61,8 @@ def test_append_only_except_retention_gc_which_runs_in_the_maintenance_tick(
     audit.record_many(
         conn,
         events=[
-            AuditEvent(actor="user:a", action="retrieve", target="old", at=old),
-            AuditEvent(actor="user:a", action="retrieve", target="new"),
+            _retrieve("old", at=old),
+            _retrieve("new"),
         ],
     )
     with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
