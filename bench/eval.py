@@ -27,14 +27,24 @@ from catalog.maintenance import live_leaf_count
 from catalog.principals import ensure_tenant
 from core.records import Acl
 from core.settings import Settings
+from ragline_client.models import canonical_mode
 from retrieve.service import Mode, RetrieveRequest, SearchService
 
 MODES: dict[str, tuple[Mode, bool]] = {
-    "bm25": ("lexical", False),
+    "lexical": ("lexical", False),
     "dense": ("dense", False),
     "hybrid": ("hybrid", False),
     "hybrid+rerank": ("hybrid", True),
 }
+
+
+def resolve_modes(modes: Sequence[str]) -> list[str]:
+    """The modes by their API names (``bm25`` is ``lexical``); SystemExit naming unknown ones."""
+    named = [str(canonical_mode(m)) for m in modes]
+    unknown = [m for m, n in zip(modes, named, strict=True) if n not in MODES]
+    if unknown:
+        raise SystemExit(f"unknown modes {unknown}; choose from {list(MODES)} (bm25 = lexical)")
+    return list(dict.fromkeys(named))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +163,7 @@ def evaluate(
     from jobs.rebuild_job import rebuild, rebuild_advice
     from wiring import build_search_service, make_runner, rebuild_config
 
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise SystemExit(f"unknown modes {unknown}; choose from {list(MODES)}")
+    modes = resolve_modes(modes)
     collection = load_beir(dataset, split=split)
     tenant = "eval-" + dataset.resolve().name
     url = database_url(settings)

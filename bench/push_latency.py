@@ -22,11 +22,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
 import psycopg
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -65,7 +66,7 @@ def _doc(n: int) -> dict:
     }
 
 
-def _inline_ingest(app, settings, *, embedder):  # type: ignore[no-untyped-def]
+def _inline_ingest(app: FastAPI, settings: Settings, *, embedder: Embedder) -> Callable[[], None]:
     close = ingest_hook(app, settings, embedder=embedder)
     app.state.runner.config = dataclasses.replace(app.state.runner.config, use_ray=False)
     return close
@@ -84,13 +85,16 @@ def run(
         data_dir=data,
         database_url=url,
         log_level="WARNING",
-        ingest={"coalesce_max_documents": coalesce, "max_queued_documents": 0},  # type: ignore[arg-type]
-        limits={"rate_per_key": 1000.0, "burst_per_key": 1000},  # type: ignore[arg-type]
+        ingest={"coalesce_max_documents": coalesce, "max_queued_documents": 0},
+        limits={"rate_per_key": 1000.0, "burst_per_key": 1000},
     )
     with psycopg.connect(url) as conn:
         ingest_key = create_key(conn, tenant_id="bench", roles=["ingest"]).token
         query_key = create_key(conn, tenant_id="bench", roles=["query"]).token
-    hooks = [partial(_inline_ingest, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[Callable[[FastAPI, Settings], Callable[[], None]]] = [
+        partial(_inline_ingest, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     answered: dict[str, float] = {}
     peak = 0
     with TestClient(create_app(settings, hooks=hooks)) as client:

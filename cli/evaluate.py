@@ -11,7 +11,11 @@ from core.settings import get_settings
 def register(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="nDCG/recall/MRR of every mode on a BEIR-layout collection")
     ev.add_argument("--dataset", type=Path, required=True)
-    ev.add_argument("--modes", default="bm25,dense,hybrid,hybrid+rerank")
+    ev.add_argument(
+        "--modes",
+        default="lexical,dense,hybrid,hybrid+rerank",
+        help="comma-separated: lexical (also bm25), dense, hybrid, hybrid+rerank",
+    )
     ev.add_argument("--k", type=int, action="append", help="cut-offs (default 10 and 100)")
     ev.add_argument("--split", default="test")
     ev.add_argument("--agg", choices=["max", "sum"], default="max", help="chunk scores -> document score")

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -197,6 +198,10 @@ class JobOut(BaseModel):
     eta_seconds: float | None = None
     # A migration's report: capacity check, backfill, gate results, the swap (or why not).
     report: dict[str, JsonValue] | None = None
+    # A cancel was accepted: a running job stops at its next batch (state stays running till then).
+    cancel_requested: bool = False
+    # ``:resume`` would queue it again: an ingest job that ended with items that never ran.
+    resumable: bool = False
 
 
 class AclUpdate(Strict):
@@ -293,6 +298,19 @@ class FiltersIn(Strict):
     )
 
 
+# The keyword-only search is called ``lexical``; ``bm25`` (its scoring, and what ``ragline
+# eval`` used to call it) is accepted everywhere as the same mode.
+MODE_ALIASES = {"bm25": "lexical"}
+
+
+def canonical_mode(value: object) -> object:
+    """``value`` with an alias replaced by the mode's name (anything else unchanged)."""
+    return MODE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+SearchMode = Annotated[Literal["hybrid", "dense", "lexical"], BeforeValidator(canonical_mode)]
+
+
 class RetrieveInBase(Strict):
     """The shape of a retrieval request. The fields whose limits settings hold have none
     here: ``retrieve_in_model`` gives them, so use the model it builds, not this one."""
@@ -311,7 +329,7 @@ class RetrieveInBase(Strict):
     )
     query: str
     top_k: int
-    mode: Literal["hybrid", "dense", "lexical"] = "hybrid"
+    mode: SearchMode = Field("hybrid", description='"bm25" is accepted as another name for "lexical"')
     filters: FiltersIn = Field(default_factory=FiltersIn)
     rerank: bool | None = None
     max_context_tokens: int

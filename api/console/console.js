@@ -185,10 +185,17 @@
     const plans = out.plans.length
       ? table("Planner strategy per shard", ["Shard", "Strategy", "Allowed", "Total"],
         out.plans.map((x) => el("tr", {}, td(x.shard), td(x.strategy), td(x.allowed), td(x.total))), "plans")
-      : el("p", { class: "hint", text: "No dense shard was searched (no index version yet: the delta answered, or lexical mode)." });
+      : el("p", { id: "plans-hint", class: "hint", text: noPlans(out) });
     const timings = table("Timings (ms)", Object.keys(out.timings_ms),
       [el("tr", {}, Object.values(out.timings_ms).map((v) => td(fmt(v, 1))))]);
     clear($("search-out"), head, results, renderContext(out.context), el("div", { class: "row" }, plans, timings));
+  }
+
+  // Why no shard shows a plan: say the one reason that holds, not a list of guesses.
+  function noPlans(out) {
+    if (out.index_version === "delta-only") return "No dense shard was searched: no index version yet (the delta answered).";
+    if (!out.results.length) return "No results: nothing this principal may read matched, so no shard was searched.";
+    return "No dense shard was searched (lexical mode, or only the delta held readable chunks).";
   }
 
   // --- why not? --------------------------------------------------------------------------
@@ -231,32 +238,55 @@
   function eta(job) {
     const left = job.documents.total - job.documents.done;
     const rate = job.throughput.documents_per_s;
-    if (!["running", "queued"].includes(job.state) || left <= 0) return "";
+    if (job.cancel_requested || !["running", "queued"].includes(job.state) || left <= 0) return "";
+    if (job.state === "running" && job.documents.done === 0) return "estimating…";
     return rate > 0 ? Math.ceil(left / rate) + " s" : "…";
+  }
+  // What the state badge says: a running job whose cancel the API accepted is "cancelling".
+  function shownState(j) { return j.state === "running" && j.cancel_requested ? "cancelling" : j.state; }
+  // The bar counts documents written (succeeded or unchanged), so a failed job never looks
+  // complete; a running job with nothing written yet (a Ray job starting its actors, or its
+  // first batch in flight) gets an indeterminate bar instead of a misleading 0.
+  function progressCell(j) {
+    const d = j.documents, ok = d.done - d.failed;
+    const label = "progress of job " + j.job_id.slice(0, 8);
+    const bar = j.state === "running" && d.done === 0
+      ? el("progress", { "aria-label": label, "data-indeterminate": "true" })
+      : el("progress", { max: Math.max(d.total, 1), value: ok, "aria-label": label });
+    const text = j.state === "running" && d.done === 0 ? " starting · 0/" + d.total
+      : " " + ok + "/" + d.total + (d.failed ? " · " + d.failed + " failed" : "");
+    return td(bar, text);
   }
   async function loadJobs() {
     const jobs = await api("GET", "v1/jobs?limit=50");
     const rows = jobs.map((j) => {
       const d = j.documents;
       const actions = el("td", {});
-      if (["queued", "running"].includes(j.state))
+      if (["queued", "running"].includes(j.state) && !j.cancel_requested)
         actions.append(el("button", { type: "button", "data-action": "cancel", onclick: () => jobAction(j.job_id, "cancel"), text: "Cancel" }));
-      if (["cancelled", "failed", "partially_failed"].includes(j.state))
+      if (j.resumable)  // only where the API would resume it: a failed job with nothing left to run is not
         actions.append(el("button", { type: "button", "data-action": "resume", onclick: () => jobAction(j.job_id, "resume"), text: "Resume" }));
       actions.append(el("button", { type: "button", "data-action": "details", onclick: () => jobDetail(j.job_id), text: "Details" }));
-      return el("tr", { "data-job-id": j.job_id, "data-state": j.state },
-        td(el("code", { text: j.job_id.slice(0, 8) })), td(j.kind), td(el("span", { class: "state " + j.state, text: j.state })),
-        td(el("progress", { max: Math.max(d.total, 1), value: d.done, "aria-label": "progress of job " + j.job_id.slice(0, 8) }),
-          " " + d.done + "/" + d.total),
+      const state = shownState(j);
+      return el("tr", { "data-job-id": j.job_id, "data-state": state },
+        td(el("code", { text: j.job_id.slice(0, 8) })), td(j.kind), td(el("span", { class: "state " + state, text: state })),
+        progressCell(j),
         td(d.failed), td(fmt(j.throughput.documents_per_s, 2) + " docs/s"), td(eta(j)), td(when(j.created_at)), actions);
     });
     clear($("jobs-out"), rows.length
       ? table(null, ["Job", "Kind", "State", "Progress", "Failed", "Rate", "ETA", "Created", "Actions"], rows, "jobs")
       : el("p", { text: "No jobs yet." }));
   }
+  // An action's outcome stays on the page until the next action (the 1 s refresh clears only
+  // its own errors), so a refused resume or cancel is seen, with the server's reason.
   async function jobAction(id, action) {
-    try { await api("POST", "v1/jobs/" + id + ":" + action); showError("jobs-error", null); await loadJobs(); }
-    catch (e) { showError("jobs-error", e); }
+    try {
+      await api("POST", "v1/jobs/" + id + ":" + action);
+      showError("jobs-action-error", null);
+      await loadJobs();
+    } catch (e) {
+      showError("jobs-action-error", e ? Object.assign(e, { message: action + " " + id.slice(0, 8) + ": " + e.message }) : e);
+    }
   }
   async function jobDetail(id) {
     try {

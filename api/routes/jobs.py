@@ -22,6 +22,13 @@ JobState = Annotated[
 ]
 
 
+def resumable(job: jobs_repo.JobRow) -> bool:
+    """Whether ``:resume`` would queue the job again (``reopen_job``): an ended ingest job with
+    items that never ran (pending or cancelled ones are not counted as done)."""
+    ended = job.state in ("cancelled", "failed", "partially_failed")
+    return job.kind == "ingest" and ended and job.documents_done < job.documents_total
+
+
 def job_out(
     job: jobs_repo.JobRow,
     errors: list[jobs_repo.ItemRow],
@@ -35,6 +42,8 @@ def job_out(
     per_s = rate(job.chunks if job.kind == "reembed" else job.documents_done)
     report = job.params.get("report")
     return JobOut(
+        cancel_requested=job.cancel_requested,
+        resumable=resumable(job),
         eta_seconds=round(left / per_s, 1) if job.state == "running" and per_s > 0 and left > 0 else None,
         report=dict(report) if isinstance(report, dict) else None,
         job_id=str(job.job_id),

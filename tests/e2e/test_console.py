@@ -226,6 +226,8 @@ def test_search_as_two_principals(browser: WebDriver, console: Console) -> None:
         for r in browser.find_elements(By.CSS_SELECTOR, "table.results tr[data-external-id]")
     ]
     assert "pay" not in ids and "office" in ids
+    # no index version yet: the delta answered, and the page says so
+    assert "no index version yet" in browser.find_element(By.ID, "plans-hint").text
     dom = browser.execute_script("return document.documentElement.outerHTML")
     assert PAY not in dom and "Salary bands" not in dom
     _shot(browser, console, "search-as-bob")
@@ -296,6 +298,59 @@ def test_watch_an_ingest_job_finish(browser: WebDriver, console: Console) -> Non
     _shot(browser, console, "jobs")
 
 
+def _row(driver: WebDriver, job_id: str) -> dict | None:
+    return driver.execute_script(  # type: ignore[no-any-return]
+        "const r = document.querySelector(`tr[data-job-id='${arguments[0]}']`); if (!r) return null;"
+        " const p = r.querySelector('progress');"
+        " return {state: r.dataset.state, text: r.textContent,"
+        " value: p.hasAttribute('value') ? p.value : null,"
+        " resume: !!r.querySelector(\"button[data-action='resume']\"),"
+        " cancel: !!r.querySelector(\"button[data-action='cancel']\")};",
+        job_id,
+    )
+
+
+def test_job_feedback_failed_cancelling_and_a_refused_resume(browser: WebDriver, console: Console) -> None:
+    browser.get(browser.current_url.split("#")[0] + "#jobs")
+    # a job whose only document fails: no full bar, no Resume (the API would refuse it)
+    empty = {
+        "external_id": "blank",
+        "content_base64": "ICAgCg==",
+        "mime_type": "text/plain",
+        "acl": {"public": True},
+    }
+    failed = console.api("POST", "/v1/documents", "ingest", json={"documents": [empty]}).json()["job_id"]
+    _wait(browser, lambda d: (_row(d, failed) or {}).get("state") == "failed")
+    row = _row(browser, failed)
+    assert row is not None and row["value"] == 0 and "0/1" in row["text"] and "1 failed" in row["text"]
+    assert not row["resume"]
+    # a running job held by another worker: Cancel shows "cancelling" at once, until it stops
+    with psycopg.connect(console.db_url) as conn:
+        principals_repo.ensure_tenant(conn, tenant_id="acme")
+        item = jobs_repo.NewItem(external_id="slow", mime_type="text/plain", payload=b"A slow memo.")
+        held = jobs_repo.create_job(conn, tenant_id="acme", kind="ingest", items=[item])
+        assert jobs_repo.claim_job(conn, job_id=held, owner="elsewhere", lease_seconds=3600)
+    job_id = str(held)
+    _wait(browser, lambda d: (_row(d, job_id) or {}).get("state") == "running")
+    row = _row(browser, job_id)
+    assert row is not None and row["value"] is None and "starting" in row["text"]  # indeterminate
+    _wait(browser, lambda d: _job_click(d, job_id, "cancel"))
+    _wait(browser, lambda d: (_row(d, job_id) or {}).get("state") == "cancelling", timeout=5)
+    assert not (_row(browser, job_id) or {}).get("cancel")  # asked once; no second Cancel
+    _shot(browser, console, "jobs-cancelling")
+    with psycopg.connect(console.db_url) as conn:
+        assert jobs_repo.finish_job(conn, job_id=held) == "cancelled"  # the worker stops
+    _wait(browser, lambda d: (_row(d, job_id) or {}).get("resume") is True)
+    # the API refuses a resume the page offered (its items ran meanwhile): the reason stays shown
+    with psycopg.connect(console.db_url) as conn:
+        conn.execute("UPDATE job_items SET state = 'failed' WHERE job_id = %s", (held,))
+    assert _job_click(browser, job_id, "resume")
+    _wait(browser, ec.text_to_be_present_in_element((By.ID, "jobs-action-error"), "no items left to run"))
+    time.sleep(2.5)  # two refreshes of the table later
+    assert "no items left to run" in browser.find_element(By.ID, "jobs-action-error").text
+    _shot(browser, console, "jobs-refused-resume")
+
+
 def test_swap_and_roll_back_a_version(browser: WebDriver, console: Console) -> None:
     config = factories.rebuild(index_root=console.index_root, n_shards=2)
     v1 = rebuild(console.db_url, config)
@@ -323,6 +378,13 @@ def test_swap_and_roll_back_a_version(browser: WebDriver, console: Console) -> N
     assert browser.find_element(By.ID, "result-version").text == v1
     assert len(browser.find_elements(By.CSS_SELECTOR, "table.plans tbody tr")) == 2
     _shot(browser, console, "search-indexed")
+    # an index exists but nothing matches the filters: "no results", not "no index version yet"
+    _fill(browser, "f-source", "nowhere")
+    browser.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
+    _wait(browser, ec.presence_of_element_located((By.ID, "no-results")))
+    hint = browser.find_element(By.ID, "plans-hint").text
+    assert "No results" in hint and "no index version" not in hint
+    _fill(browser, "f-source", "")
 
 
 def test_keys_page_shows_a_new_token_once(browser: WebDriver, console: Console) -> None:

@@ -14,7 +14,7 @@ from tests.conftest import truncate_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REFERENCE = {"cisi": {"bm25": 0.342, "dense": 0.421}, "cranfield": {"bm25": 0.335, "dense": 0.382}}
+REFERENCE = {"cisi": {"lexical": 0.342, "dense": 0.421}, "cranfield": {"lexical": 0.335, "dense": 0.382}}
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
@@ -36,4 +36,4 @@ def test_reference_scores(name: str, shared_data: Path, pg_url: str, tmp_path: P
     for mode, expected in REFERENCE[name].items():
         assert abs(scores[mode] - expected) <= 0.02, (name, mode, scores[mode], expected)
     # hybrid must not fall more than 0.01 below the better single mode
-    assert scores["hybrid"] >= max(scores["bm25"], scores["dense"]) - 0.01, scores
+    assert scores["hybrid"] >= max(scores["lexical"], scores["dense"]) - 0.01, scores
