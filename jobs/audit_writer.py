@@ -58,7 +58,14 @@ class AuditWriter:
         self._thread.start()
 
     def submit(self, event: AuditEvent) -> bool:
-        """Queue ``event``; False (and counted as dropped) when the queue is full."""
+        """Queue ``event``; False (and counted as dropped) when the queue is full or the event
+        does not have its action's shape (checked here, so it never costs a batch its COPY)."""
+        try:
+            audit.check(event.action, event.details)
+        except ValueError:
+            log.exception("audit event refused")
+            self._drop(1)
+            return False
         try:
             self._queue.put_nowait(event)
             return True

@@ -50,6 +50,9 @@ def test_writer_batches_flushes_and_drops_when_full(db_url: str, conn: psycopg.C
         assert stalled.submit(_retrieve())
         assert not stalled.submit(_retrieve())
         assert stalled.dropped == 1
+        # an event without its action's shape is refused at submit, alone
+        assert not writer.submit(AuditEvent(actor="user:a", action="retrieve", details={"query": "q"}))
+        assert writer.dropped == 1
     finally:
         pool.close()
 
