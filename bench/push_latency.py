@@ -1,6 +1,7 @@
 """Push-to-searchable under a steady stream of single-document pushes (issue 23).
 
-Run: ``OPENBLAS_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m bench.push_latency --rate 10 --pushes 200 --repeat 2 --limit 20``.
+Run: ``OPENBLAS_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m bench.push_latency --rate 10 --pushes 200
+--repeat 2 --limit 20``.
 
 On a throwaway PostgreSQL, the whole API in-process (ingest runner inline, search service,
 the bundled model): one tenant pushes ``--pushes`` one-document batches at ``--rate`` per
