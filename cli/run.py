@@ -75,6 +75,8 @@ def _build_index(url: str, settings: Settings) -> None:
     import psycopg
 
     from catalog import indexes
+    from cli.output import operator
+    from jobs import index_admin
     from jobs.rebuild_job import rebuild, rebuild_advice
     from wiring import rebuild_config
 
@@ -90,8 +92,11 @@ def _build_index(url: str, settings: Settings) -> None:
         if not advice.needed:
             return
         version = rebuild(url, rebuild_config(settings))
-        with conn.transaction():
-            indexes.swap_alias(conn, alias="live", version_id=version)
+        why = ["first start", *advice.reasons]
+        index_admin.record_rebuild(conn, version_id=version, actor=operator(), via="cli", reasons=why)
+        index_admin.point_alias(
+            conn, alias="live", version_id=version, actor=operator(), via="cli", reasons=why
+        )
     print(f"index version {version} is live", file=sys.stderr)
 
 
