@@ -139,6 +139,11 @@ def _cli_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     assert main(["schedule", "remove", schedule_id]) == 0
     queued = _queued(str(get_settings().database_url), "third")
     assert main(["jobs", "cancel", str(queued)]) == 0
+    # a job whose worker died (held by another owner): `jobs resume` takes it over and runs it
+    orphan = _queued(str(get_settings().database_url), "fourth")
+    with psycopg.connect(str(get_settings().database_url)) as conn:
+        assert jobs_repo.claim_job(conn, job_id=orphan, owner="dead-worker", lease_seconds=3600)
+    assert main(["jobs", "resume", str(orphan)]) == 0
     capsys.readouterr()
     return second
 
@@ -179,6 +184,7 @@ def test_every_write_path_audits_one_shape_per_action(
         ("job.cancel", "api"),
         ("job.resume", "api"),
         ("job.cancel", "cli"),
+        ("job.resume", "cli"),
         ("index.rebuild", "cli"),
         ("index.swap", "cli"),
         ("index.swap", "console"),
