@@ -134,3 +134,37 @@ def test_killed_ingest_resumes_exactly_once(db_url: str, tmp_path: Path) -> None
     assert out.stdout.strip().endswith("succeeded")
     with psycopg.connect(db_url) as conn:
         _assert_exactly_once(conn, "killme", n)
+
+
+def test_ray_pipeline_commits_progress_per_batch(db_url: str, tmp_path: Path, ray_local: None) -> None:
+    """What ``GET /v1/jobs`` (and the console) show while a Ray job runs: each batch that comes
+    back is committed at once, so the catalog's counts move before the job ends."""
+    n = 12
+    with psycopg.connect(db_url) as conn:
+        ensure_tenant(conn, tenant_id="raytenant")
+        items = [
+            NewItem(external_id=f"p{i}", mime_type="text/plain", payload=_text(i).encode(), acl=Acl((), True))
+            for i in range(n)
+        ]
+        job_id = jobs_repo.create_job(conn, tenant_id="raytenant", kind="ingest", items=items)
+    config = factories.runner(
+        conninfo=db_url,
+        model_name="bundled:all-MiniLM-L6-v2",
+        data_dir=tmp_path,
+        inline_max_documents=0,
+        use_ray=True,
+        embed_actors=2,
+        batch_documents=4,
+        embedding=factories.embedding(backend="torch"),
+    )
+    seen: list[int] = []
+
+    def on_progress(_documents: int, _chunks: int) -> None:
+        with psycopg.connect(db_url) as conn:
+            job = jobs_repo.get_job(conn, job_id=job_id)
+        assert job is not None and job.state == "running"
+        seen.append(job.documents_done)
+
+    runner = IngestRunner(config, lambda: pytest.fail("the Ray path must not load an in-process embedder"))
+    assert runner.run_job(job_id, on_progress=on_progress) == "succeeded"
+    assert len(seen) >= 2 and seen == sorted(seen) and any(0 < done < n for done in seen), seen
