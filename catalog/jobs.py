@@ -172,19 +172,32 @@ def queued_documents(conn: psycopg.Connection, *, tenant_id: str) -> int:
 
 
 def joinable_job(
-    conn: psycopg.Connection, *, tenant_id: str, external_ids: Sequence[str], max_documents: int
+    conn: psycopg.Connection,
+    *,
+    tenant_id: str,
+    pushed_by: str,
+    external_ids: Sequence[str],
+    max_documents: int,
 ) -> uuid.UUID | None:
-    """The tenant's newest queued push job that ``external_ids`` may join, locked: no runner
-    has claimed it, no cancel was asked, it stays within ``max_documents`` and holds none of
-    these ids (one job never writes a document twice)."""
+    """The newest queued push job of the tenant and principal ``pushed_by`` that
+    ``external_ids`` may join, locked: no runner has claimed it, no cancel was asked, it stays
+    within ``max_documents`` and holds none of these ids (one job never writes a document
+    twice). Only one principal's pushes share a job, so its errors are that caller's."""
     row = conn.execute(
         "SELECT j.job_id FROM jobs j WHERE j.tenant_id = %(tenant)s AND j.kind = 'ingest'"
         " AND j.state = 'queued' AND NOT j.cancel_requested AND j.params @> '{\"coalesce\": true}'"
+        " AND j.params->>'pushed_by' = %(by)s"
         " AND j.documents_total + %(n)s <= %(max)s"
         " AND NOT EXISTS (SELECT 1 FROM job_items i WHERE i.job_id = j.job_id"
         "                 AND i.external_id = ANY(%(ids)s))"
         " ORDER BY j.created_at DESC LIMIT 1 FOR UPDATE OF j SKIP LOCKED",
-        {"tenant": tenant_id, "n": len(external_ids), "max": max_documents, "ids": list(external_ids)},
+        {
+            "tenant": tenant_id,
+            "by": pushed_by,
+            "n": len(external_ids),
+            "max": max_documents,
+            "ids": list(external_ids),
+        },
     ).fetchone()
     return row[0] if row else None
 

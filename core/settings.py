@@ -95,7 +95,7 @@ class IngestSettings(Section):
     prepare_workers: int = Field(1, ge=1, le=256)
     write_batch_chunks: int = Field(512, ge=1)
     # Back-pressure on pushes (a tenant runs one job at a time): a push of fewer documents
-    # joins the tenant's queued push job up to this many documents (0: each push is its own
+    # joins its principal's queued push job up to this many documents (0: each push is its own
     # job), and past max_queued_documents still to do in its jobs a push is answered 429
     # with Retry-After queue_retry_after_seconds (0: no limit).
     coalesce_max_documents: int = Field(256, ge=0, le=100_000)

@@ -2,8 +2,9 @@
 connection, does its catalog writes and appends its audit entry in one transaction, so a
 push, a cancel or a resume is recorded the same way whichever path asked for it.
 
-Pushes queue with back-pressure: a tenant's small pushes join its queued push job (one job
-runs them as one batch instead of one job each, since a tenant runs one job at a time), and
+Pushes queue with back-pressure: a caller's small pushes join its queued push job in the
+tenant (one job runs them in batches instead of one job each, since a tenant runs one job at
+a time; another principal's pushes never share it, so a job's errors are its caller's), and
 a push that would take the tenant's queue past ``max_queued_documents`` is refused with
 :class:`~core.errors.QueueFullError` (429 with ``Retry-After``) rather than queued behind it.
 """
@@ -77,6 +78,7 @@ def queue_ingest(
             joined = jobs_repo.joinable_job(
                 conn,
                 tenant_id=tenant_id,
+                pushed_by=actor,
                 external_ids=[i.external_id for i in items],
                 max_documents=policy.coalesce_max_documents,
             )
@@ -84,7 +86,11 @@ def queue_ingest(
             jobs_repo.append_items(conn, job_id=joined, items=items)
             job_id = joined
         else:
-            job_params = {**(params or {}), "coalesce": bool(policy.coalesce_max_documents)}
+            job_params = {
+                **(params or {}),
+                "coalesce": bool(policy.coalesce_max_documents),
+                "pushed_by": actor,
+            }
             job_id = jobs_repo.create_job(
                 conn, tenant_id=tenant_id, kind="ingest", items=items, params=job_params
             )

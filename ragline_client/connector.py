@@ -233,7 +233,7 @@ class Syncer:
 
     def _await(self, job_ids: list[str], report: SyncReport, tick: Progress) -> set[str]:
         failed: set[str] = set()
-        for job_id in job_ids:
+        for job_id in dict.fromkeys(job_ids):  # pushes the server coalesced share one job
             seen = {"docs": 0, "chunks": 0}
 
             def on_progress(job: JobOut, seen: dict[str, int] = seen) -> None:

@@ -47,7 +47,7 @@ def _settings(db_url: str, tmp_path: Path, **ingest: object) -> Settings:
 def queue_only(db_url: str, tmp_path: Path) -> Iterator[TestClient]:
     """The API with no runner: pushes stay queued, as behind a tenant's long job."""
     app = create_app(
-        _settings(db_url, tmp_path, max_queued_documents=5, queue_retry_after_seconds=7), hooks=[]
+        _settings(db_url, tmp_path, max_queued_documents=6, queue_retry_after_seconds=7), hooks=[]
     )
     with TestClient(app) as client:
         yield client
@@ -62,6 +62,12 @@ def test_small_pushes_join_one_queued_job_and_a_full_queue_is_429(
         for i in range(3)
     ]
     assert len(set(jobs)) == 1  # one job holds the three pushes
+    # another principal of the tenant gets its own job (a job's errors are its caller's)
+    key = make_key(db_url, "acme", ["ingest"], principal="service:acme-other")
+    other_job = queue_only.post(
+        "/v1/documents", json={"documents": [_doc("o1")]}, headers={"Authorization": f"Bearer {key}"}
+    ).json()["job_id"]
+    assert other_job != jobs[0]
     again = queue_only.post("/v1/documents", json={"documents": [_doc("d0")]}, headers=auth)
     assert again.status_code == 202 and again.json()["job_id"] != jobs[0]  # d0 twice: not one job
     with psycopg.connect(db_url) as conn:
@@ -69,9 +75,9 @@ def test_small_pushes_join_one_queued_job_and_a_full_queue_is_429(
         assert job is not None and job.documents_total == 3
         assert [i.external_id for i in jobs_repo.items(conn, job_id=job.job_id)] == ["d0", "d1", "d2"]
         pushes = audit.entries(conn, action="ingest.push")
-    assert sorted(p.details["coalesced"] for p in pushes) == [False, False, True, True]
+    assert sorted(p.details["coalesced"] for p in pushes) == [False, False, False, True, True]
 
-    # 4 documents queued, limit 5: one more fits, two more do not
+    # 5 documents queued, limit 6: one more fits, two more do not
     full = queue_only.post("/v1/documents", json={"documents": [_doc("e1"), _doc("e2")]}, headers=auth)
     assert full.status_code == 429
     assert full.headers["Retry-After"] == "7" and full.json()["error"]["code"] == "ingest_queue_full"
