@@ -164,6 +164,7 @@ def default_hooks() -> list[ServiceHook]:
 
 
 def extra_routers(limits: RetrieveLimits) -> list[APIRouter]:
-    from api.routes import documents, jobs, operator, retrieve
+    from api.routes import documents, fetch, jobs, operator, retrieve
 
-    return [documents.router, jobs.router, retrieve.build_router(limits), operator.build_router(limits)]
+    routers = [documents.router, jobs.router, retrieve.build_router(limits), operator.build_router(limits)]
+    return [*routers, fetch.router]
