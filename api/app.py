@@ -26,6 +26,7 @@ from authz.principals import KeyAuthenticator
 from catalog.db import apply_migrations, open_pool
 from core.logging import configure_logging
 from core.settings import Settings
+from wiring.oidc import jwt_authenticator
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def create_app(
         app.state.auth = KeyAuthenticator(
             app.state.pool, read_pool=app.state.read_pool, ttl_seconds=settings.api.key_cache_seconds
         )
+        app.state.jwt_auth = jwt_authenticator(settings.oidc)
         probe = ChangeVisibilityProbe(app.state.read_pool)
         probe.start()
         app.state.observer = RetrieveObserver(
