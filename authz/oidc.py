@@ -57,8 +57,10 @@ class Issuer:
 
 
 class Jwks:
-    """An issuer's published keys: fetched with a bounded timeout, cached ``cache_s``, and
-    refetched for an unknown ``kid`` at most every ``min_refresh_s``."""
+    """An issuer's published keys: fetched with a bounded timeout and cached ``cache_s``; an
+    unknown ``kid`` (a rotation) refetches them. Fetch attempts, failed ones included, are at
+    least ``min_refresh_s`` apart, so neither forged kids nor a dead provider turn requests
+    into fetches (or into a queue of timeouts)."""
 
     def __init__(self, url: str, *, timeout_s: float, cache_s: float, min_refresh_s: float) -> None:
         self._url = url
@@ -67,30 +69,36 @@ class Jwks:
         self._min_refresh_s = min_refresh_s
         self._keys: dict[str | None, dict[str, Any]] = {}
         self._fetched_at: float | None = None
+        self._tried_at: float | None = None
         self._lock = threading.Lock()
 
     def key(self, kid: str | None) -> dict[str, Any]:
         with self._lock:  # one fetch at a time: concurrent misses wait for it
             now = time.monotonic()
-            if self._fetched_at is None or now - self._fetched_at >= self._cache_s:
+            stale = self._fetched_at is None or now - self._fetched_at >= self._cache_s
+            may_fetch = self._tried_at is None or now - self._tried_at >= self._min_refresh_s
+            if (stale or self._find(kid) is None) and may_fetch:
                 self._refresh(now)
-            elif kid not in self._keys and now - self._fetched_at >= self._min_refresh_s:
-                self._refresh(now)  # a rotated key: look again, rate-limited
-            found = self._keys.get(kid)
-            if found is None and kid is None and len(self._keys) == 1:
-                found = next(iter(self._keys.values()))
+            if not self._keys:
+                raise UnavailableError("the identity provider's keys are unavailable")
+            found = self._find(kid)
         if found is None:
             raise AuthenticationError("token signed with a key its issuer does not publish")
         return found
 
+    def _find(self, kid: str | None) -> dict[str, Any] | None:
+        found = self._keys.get(kid)
+        if found is None and kid is None and len(self._keys) == 1:
+            found = next(iter(self._keys.values()))
+        return found
+
     def _refresh(self, now: float) -> None:
+        self._tried_at = now
         try:
             keys = self._fetch()
         except (httpx.HTTPError, ValueError) as exc:
-            if not self._keys:
-                raise UnavailableError("the identity provider's keys are unavailable") from exc
-            log.warning("JWKS refresh from %s failed (%s); keeping the cached keys", self._url, exc)
-            self._fetched_at = now  # retry after min_refresh_s / cache_s, not on every request
+            # Cached keys stay in use; with none, the caller answers 503.
+            log.warning("JWKS fetch from %s failed: %s", self._url, exc)
             return
         self._keys, self._fetched_at = keys, now
 

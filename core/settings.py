@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -261,6 +262,10 @@ class OidcIssuer(Section):
     def _one_tenant_source(self) -> OidcIssuer:
         if (self.tenant is None) == (self.tenant_claim is None):
             raise ValueError(f"OIDC issuer {self.issuer!r}: give exactly one of tenant, tenant_claim")
+        url = urlsplit(self.jwks_url)
+        if url.scheme == "http" and url.hostname not in ("127.0.0.1", "localhost", "::1"):
+            # Keys fetched in the clear could be swapped on the way: anyone could sign tokens.
+            raise ValueError(f"OIDC issuer {self.issuer!r}: jwks_url must be https (http only on loopback)")
         bad = sorted(set(self.algorithms) - set(OIDC_ALGORITHMS))
         if bad:
             raise ValueError(

@@ -192,12 +192,23 @@ def test_an_unreachable_jwks_is_a_bounded_503(db_url: str, tmp_path: Path, embed
     idp.add_key("k1")
     with silent_endpoint() as silent:
         url = silent if hung else "http://127.0.0.1:9/jwks"
-        app = _app(db_url, tmp_path, embedder, [issuer_config(idp, jwks_url=url)], jwks_timeout_s=0.5)
+        app = _app(
+            db_url,
+            tmp_path,
+            embedder,
+            [issuer_config(idp, jwks_url=url)],
+            jwks_timeout_s=0.5,
+            jwks_min_refresh_s=30,
+        )
         client = next(app)
         started = time.monotonic()
         resp = client.post("/v1/retrieve", json={"query": WORDS}, headers=_auth(idp.token(kid="k1")))
         assert resp.status_code == 503 and resp.json()["error"]["code"] == "unavailable", resp.text
         assert time.monotonic() - started < 5
+        # Within jwks_min_refresh_s nothing is fetched again: the next answer is immediate.
+        started = time.monotonic()
+        resp = client.post("/v1/retrieve", json={"query": WORDS}, headers=_auth(idp.token(kid="k1")))
+        assert resp.status_code == 503 and time.monotonic() - started < 0.4
         next(app, None)
     idp.close()
 
@@ -208,7 +219,16 @@ def test_settings_refuse_unsafe_issuers() -> None:
     from core.settings import OidcSettings
 
     base = {"issuer": "https://idp", "jwks_url": "https://idp/jwks", "audience": "ragline", "tenant": "acme"}
-    for bad in ({"algorithms": ["HS256"]}, {"algorithms": ["none"]}, {"tenant_claim": "t"}, {"tenant": None}):
+    unsafe = (
+        {"algorithms": ["HS256"]},
+        {"algorithms": ["none"]},
+        {"tenant_claim": "t"},
+        {"tenant": None},
+        {"jwks_url": "http://idp.example.com/jwks"},
+        {"jwks_url": "file:///etc/keys.json"},
+    )
+    OidcSettings(issuers=[{**base, "jwks_url": "http://127.0.0.1:8080/jwks"}])  # type: ignore[list-item]
+    for bad in unsafe:
         with pytest.raises(ValidationError):
             OidcSettings(issuers=[{**base, **bad}])  # type: ignore[list-item]
     with pytest.raises(ValidationError):
