@@ -123,6 +123,9 @@ def test_another_tenants_token_reads_only_its_tenant(client: TestClient, idp: Id
     assert client.get("/v1/documents/alice-only", headers=_auth(globex)).status_code == 404
     for bad_tenant in (None, "", "acme' OR 1=1", ["acme"]):
         assert "tenant" in _refused(client, idp.token("alice", kid="k1", tenant=bad_tenant))
+    # A subject that cannot be a principal id is refused, never rewritten into another one.
+    for bad_sub in ("auth0|123", "alice bob", "x" * 201):
+        assert "principal" in _refused(client, idp.token(bad_sub, kid="k1"))
 
 
 def test_time_audience_and_issuer(client: TestClient, idp: Idp) -> None:
