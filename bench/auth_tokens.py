@@ -77,13 +77,11 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=500, help="requests per variant and round")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    keys = {
-        "rs": rsa.generate_private_key(public_exponent=65537, key_size=2048),
-        "es": ec.generate_private_key(ec.SECP256R1()),
-    }
+    rs_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    es_key = ec.generate_private_key(ec.SECP256R1())
     public = {
-        "rs": {**RSAAlgorithm.to_jwk(keys["rs"].public_key(), as_dict=True), "kid": "rs", "alg": "RS256"},
-        "es": {**ECAlgorithm.to_jwk(keys["es"].public_key(), as_dict=True), "kid": "es", "alg": "ES256"},
+        "rs": {**RSAAlgorithm.to_jwk(rs_key.public_key(), as_dict=True), "kid": "rs", "alg": "RS256"},
+        "es": {**ECAlgorithm.to_jwk(es_key.public_key(), as_dict=True), "kid": "es", "alg": "ES256"},
     }
     claims = {
         "iss": ISSUER,
@@ -94,8 +92,8 @@ def main() -> None:
     }
     tokens = {
         "API key": "",
-        "JWT RS256": jwt.encode(claims, keys["rs"], algorithm="RS256", headers={"kid": "rs"}),
-        "JWT ES256": jwt.encode(claims, keys["es"], algorithm="ES256", headers={"kid": "es"}),
+        "JWT RS256": jwt.encode(claims, rs_key, algorithm="RS256", headers={"kid": "rs"}),
+        "JWT ES256": jwt.encode(claims, es_key, algorithm="ES256", headers={"kid": "es"}),
     }
     with (
         tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp,
@@ -107,7 +105,7 @@ def main() -> None:
                 conn, tenant_id="bench", roles=["query"], principal_id="user:bench"
             ).token
         issuer = {"issuer": ISSUER, "jwks_url": jwks_url, "audience": "ragline", "tenant_claim": "tenant"}
-        settings = Settings(data_dir=Path(tmp), database_url=url, oidc={"issuers": [issuer]})  # type: ignore[arg-type]
+        settings = Settings(data_dir=Path(tmp), database_url=url, oidc={"issuers": [issuer]})
         samples: dict[str, list[float]] = {name: [] for name in tokens}
         with TestClient(create_app(settings, hooks=[])) as client:
             for token in tokens.values():  # warm-up: caches, JWKS fetch
