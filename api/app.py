@@ -26,6 +26,7 @@ from authz.principals import KeyAuthenticator
 from catalog.db import apply_migrations, open_pool
 from core.logging import configure_logging
 from core.settings import Settings
+from wiring.oidc import jwt_authenticator
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def create_app(
         app.state.auth = KeyAuthenticator(
             app.state.pool, read_pool=app.state.read_pool, ttl_seconds=settings.api.key_cache_seconds
         )
+        app.state.jwt_auth = jwt_authenticator(settings.oidc)
         probe = ChangeVisibilityProbe(app.state.read_pool)
         probe.start()
         app.state.observer = RetrieveObserver(
@@ -164,6 +166,7 @@ def default_hooks() -> list[ServiceHook]:
 
 
 def extra_routers(limits: RetrieveLimits) -> list[APIRouter]:
-    from api.routes import documents, jobs, operator, retrieve
+    from api.routes import documents, fetch, jobs, operator, retrieve
 
-    return [documents.router, jobs.router, retrieve.build_router(limits), operator.build_router(limits)]
+    routers = [documents.router, jobs.router, retrieve.build_router(limits), operator.build_router(limits)]
+    return [*routers, fetch.router]

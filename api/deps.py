@@ -11,6 +11,7 @@ from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
 from api.limits import KeyLimiter
+from authz.oidc import JwtAuthenticator
 from authz.principals import KeyAuthenticator, Principal
 from core.errors import AuthenticationError
 from core.settings import Settings
@@ -29,7 +30,9 @@ def get_pool(request: Request) -> ConnectionPool:
 # Declares the bearer scheme in /openapi.json (so Swagger UI's "Authorize" sends the key);
 # auto_error=False because the 401 is ours, in the shared error body, raised below.
 _BEARER = HTTPBearer(
-    auto_error=False, scheme_name="ApiKey", description="An API key: `Authorization: Bearer rl_<id>_<secret>`"
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="An API key (`Authorization: Bearer rl_<id>_<secret>`) or a configured issuer's OIDC token",
 )
 
 
@@ -56,8 +59,12 @@ async def _authenticate(request: Request) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthenticationError("missing bearer token: send 'Authorization: Bearer <api key>'")
-    auth: KeyAuthenticator = request.app.state.auth
     token = token.strip()
+    jwt_auth: JwtAuthenticator | None = getattr(request.app.state, "jwt_auth", None)
+    issuer = jwt_auth.issuer_of(token) if jwt_auth is not None else None
+    if jwt_auth is not None and issuer is not None:  # else: an API key, as before
+        return await run_in_threadpool(jwt_auth.authenticate, token, issuer)
+    auth: KeyAuthenticator = request.app.state.auth
     hit = auth.cached(token)
     if hit is not None:
         return hit

@@ -21,6 +21,7 @@ from ragline_client.models import (
     AclIn,
     AclUpdate,
     AclView,
+    ChunkOut,
     CitationOut,
     ConnectorStateOut,
     ConnectorStateSaved,
@@ -30,6 +31,7 @@ from ragline_client.models import (
     DocumentAclOut,
     DocumentDeletedOut,
     DocumentIn,
+    DocumentOut,
     ExternalId,
     FilterInstant,
     FiltersIn,
@@ -62,6 +64,8 @@ from ragline_client.models import (
 )
 
 __all__ = [
+    "ChunkOut",
+    "DocumentOut",
     "SafeText",
     "RejectionOut",
     "PrincipalId",

@@ -31,6 +31,8 @@ class Principal:
     roles: frozenset[str]
     key_id: str
     can_delegate: bool = False
+    # Groups an OIDC token asserted (authz.oidc): kept beside the catalog's on every re-read.
+    token_groups: tuple[str, ...] = ()
 
     @property
     def readers(self) -> frozenset[str]:
@@ -119,6 +121,8 @@ class KeyAuthenticator:
         """The principal with its groups read now: a group change is effective on every
         replica from the response that acknowledged it, not after the key cache expires."""
         groups, position = self._groups(principal.tenant_id, principal.principal_id)
+        if principal.token_groups:
+            groups = tuple(sorted({*groups, *principal.token_groups}))
         return CurrentPrincipal(dataclasses.replace(principal, groups=groups), position)
 
     def delegate(self, caller: Principal, as_principal: str) -> CurrentPrincipal:

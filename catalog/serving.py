@@ -98,16 +98,20 @@ def _detail(*, section_path: list[str], metadata: dict[str, Any] | None, **colum
 
 _DETAIL_ROW = kwargs_row(_detail)
 
-# Module-level so that tests can EXPLAIN it: catalog.warm must warm every relation it reads.
-DETAILS_SQL = (
+_DETAILS_FROM = (
     "SELECT c.chunk_row AS row, c.chunk_id, c.doc_id, d.external_id, d.title, c.text, c.char_start,"
     " c.char_end, c.page_start, c.page_end, c.section_path, d.metadata, p.text AS parent_text,"
     " p.char_start AS parent_char_start, p.char_end AS parent_char_end"
     " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
     " LEFT JOIN chunks p ON p.chunk_row = c.parent_row"
-    " WHERE c.chunk_row = ANY(%s) AND d.tenant_id = %s AND d.state = 'active'"
+)
+# Live (active document, current version) and readable (tenant, public or a reader in the ACL).
+_READABLE = (
+    " AND d.tenant_id = %s AND d.state = 'active'"
     " AND c.version = d.current_version AND (d.acl_public OR d.acl_principals && %s::text[])"
 )
+# Module-level so that tests can EXPLAIN it: catalog.warm must warm every relation it reads.
+DETAILS_SQL = _DETAILS_FROM + " WHERE c.chunk_row = ANY(%s)" + _READABLE
 
 
 def chunk_details(
@@ -123,3 +127,24 @@ def chunk_details(
     with conn.cursor(row_factory=_DETAIL_ROW) as cur:
         found = cur.execute(DETAILS_SQL, (list(rows), tenant_id, list(readers))).fetchall()
     return {d.row: d for d in found}
+
+
+def readable_chunk(
+    conn: psycopg.Connection, *, chunk_id: str, tenant_id: str, readers: Sequence[str]
+) -> ChunkDetail | None:
+    """One live chunk by its id if the readers may read it; else None (absent and forbidden
+    look alike, so the answer tells nothing about chunks the caller cannot read)."""
+    with conn.cursor(row_factory=_DETAIL_ROW) as cur:
+        sql = _DETAILS_FROM + " WHERE c.chunk_id = %s" + _READABLE
+        return cur.execute(sql, (chunk_id, tenant_id, list(readers))).fetchone()
+
+
+def readable_document_chunks(
+    conn: psycopg.Connection, *, external_id: str, tenant_id: str, readers: Sequence[str], limit: int
+) -> list[ChunkDetail]:
+    """The leaf chunks of a document's current version in text order (at most ``limit``), if
+    the readers may read it; else an empty list."""
+    with conn.cursor(row_factory=_DETAIL_ROW) as cur:
+        sql = _DETAILS_FROM + " WHERE d.external_id = %s AND c.level = 0" + _READABLE
+        sql += " ORDER BY c.char_start, c.chunk_row LIMIT %s"
+        return cur.execute(sql, (external_id, tenant_id, list(readers), limit)).fetchall()

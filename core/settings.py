@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -242,6 +243,63 @@ class ReembedSettings(Section):
     job_tenant: str = "ops"
 
 
+# Signature algorithms an issuer may use: asymmetric only. An HMAC algorithm would let anyone
+# holding the (public) verification key sign tokens, and ``none`` signs nothing.
+OIDC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+def _query_role() -> list[Literal["ingest", "query", "admin"]]:
+    return ["query"]
+
+
+class OidcIssuer(Section):
+    """One identity provider whose JWTs authenticate end users (``RAGLINE_OIDC__ISSUERS``)."""
+
+    issuer: str = Field(min_length=1)  # the exact ``iss`` claim
+    jwks_url: str = Field(pattern=r"^https?://")
+    audience: str | list[str]  # ``aud`` must contain (one of) these
+    tenant: str | None = None  # every token of this issuer belongs to this tenant ...
+    tenant_claim: str | None = None  # ... or the tenant is this claim's value
+    principal_claim: str = "sub"  # principal ``user:<value>``
+    groups_claim: str | None = None  # values ``group:<name>``, or bare names given the prefix
+    roles: list[Literal["ingest", "query", "admin"]] = Field(default_factory=_query_role, min_length=1)
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
+
+    @model_validator(mode="after")
+    def _one_tenant_source(self) -> OidcIssuer:
+        if (self.tenant is None) == (self.tenant_claim is None):
+            raise ValueError(f"OIDC issuer {self.issuer!r}: give exactly one of tenant, tenant_claim")
+        url = urlsplit(self.jwks_url)
+        if url.scheme == "http" and url.hostname not in ("127.0.0.1", "localhost", "::1"):
+            # Keys fetched in the clear could be swapped on the way: anyone could sign tokens.
+            raise ValueError(f"OIDC issuer {self.issuer!r}: jwks_url must be https (http only on loopback)")
+        bad = sorted(set(self.algorithms) - set(OIDC_ALGORITHMS))
+        if bad:
+            raise ValueError(
+                f"OIDC issuer {self.issuer!r}: algorithms {bad} not allowed, only {OIDC_ALGORITHMS}"
+            )
+        return self
+
+
+class OidcSettings(Section):
+    """End-user identity from OIDC/JWT bearer tokens, beside API keys; none configured: off."""
+
+    issuers: list[OidcIssuer] = Field(default_factory=list)
+    leeway_s: float = Field(30.0, ge=0.0, le=300.0)  # clock skew allowed on exp/nbf/iat
+    jwks_timeout_s: float = Field(3.0, gt=0.0, le=30.0)  # one JWKS fetch, connect to last byte
+    jwks_cache_s: float = Field(300.0, ge=0.0, le=86_400.0)  # keys are refetched after this
+    # An unknown ``kid`` refetches the JWKS at most this often per issuer (a forged kid
+    # cannot turn requests into fetches).
+    jwks_min_refresh_s: float = Field(30.0, ge=0.0, le=3600.0)
+
+    @model_validator(mode="after")
+    def _distinct_issuers(self) -> OidcSettings:
+        names = [i.issuer for i in self.issuers]
+        if len(names) != len(set(names)):
+            raise ValueError("RAGLINE_OIDC__ISSUERS lists an issuer twice")
+        return self
+
+
 class Settings(BaseSettings):
     """All of ragline's configuration. See the README's configuration table."""
 
@@ -270,6 +328,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     console: ConsoleSettings = ConsoleSettings()
     reembed: ReembedSettings = ReembedSettings()
+    oidc: OidcSettings = OidcSettings()
 
     @field_validator("database_url")
     @classmethod

@@ -21,12 +21,14 @@ from ragline_client.models import (
     MIME_TYPES,
     AclIn,
     AclUpdate,
+    ChunkOut,
     ConnectorStateOut,
     ConnectorStateSaved,
     ConnectorStateUpdate,
     DocumentAclOut,
     DocumentDeletedOut,
     DocumentIn,
+    DocumentOut,
     FiltersIn,
     GroupsBody,
     GroupsOut,
@@ -143,6 +145,20 @@ def set_groups(principal_id: str, groups: Iterable[str]) -> Flow[GroupsOut]:
     body = GroupsBody(groups=list(groups)).model_dump(mode="json")
     path = f"/v1/principals/{quote(principal_id, safe=':')}/groups"
     return _single(Call("PUT", path, _model(GroupsOut), json=body))
+
+
+def _reader_params(as_principal: str | None) -> dict[str, str | int] | None:
+    return {"as_principal": as_principal} if as_principal is not None else None
+
+
+def chunk(chunk_id: str, as_principal: str | None) -> Flow[ChunkOut]:
+    path = f"/v1/chunks/{quote(chunk_id, safe='')}"
+    return _single(Call("GET", path, _model(ChunkOut), params=_reader_params(as_principal)))
+
+
+def document(external_id: str, as_principal: str | None) -> Flow[DocumentOut]:
+    path = f"/v1/documents/{_doc_path(external_id)}"
+    return _single(Call("GET", path, _model(DocumentOut), params=_reader_params(as_principal)))
 
 
 def job(job_id: str) -> Flow[JobOut]:

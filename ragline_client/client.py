@@ -21,12 +21,14 @@ from ragline_client._flows import Call, Flow, PushResult, Sleep
 from ragline_client.errors import from_transport
 from ragline_client.models import (
     AclIn,
+    ChunkOut,
     ConnectorStateOut,
     ConnectorStateSaved,
     ConnectorStateUpdate,
     DocumentAclOut,
     DocumentDeletedOut,
     DocumentIn,
+    DocumentOut,
     FiltersIn,
     GroupsOut,
     HealthOut,
@@ -189,6 +191,14 @@ class Client:
             )
         )
 
+    def chunk(self, chunk_id: str, *, as_principal: str | None = None) -> ChunkOut:
+        """``GET /v1/chunks/{id}``: one chunk, if the caller may read it (else a 404)."""
+        return self._run(flows.chunk(chunk_id, as_principal))
+
+    def document(self, external_id: str, *, as_principal: str | None = None) -> DocumentOut:
+        """``GET /v1/documents/{id}``: a document's chunks in order, if the caller may read it."""
+        return self._run(flows.document(external_id, as_principal))
+
     def job(self, job_id: str) -> JobOut:
         return self._run(flows.job(job_id))
 
@@ -341,6 +351,12 @@ class AsyncClient:
                 as_principal=as_principal,
             )
         )
+
+    async def chunk(self, chunk_id: str, *, as_principal: str | None = None) -> ChunkOut:
+        return await self._run(flows.chunk(chunk_id, as_principal))
+
+    async def document(self, external_id: str, *, as_principal: str | None = None) -> DocumentOut:
+        return await self._run(flows.document(external_id, as_principal))
 
     async def job(self, job_id: str) -> JobOut:
         return await self._run(flows.job(job_id))

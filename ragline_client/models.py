@@ -427,6 +427,56 @@ class RetrieveOut(BaseModel):
     request_id: str
 
 
+_CHUNK_EXAMPLE: dict[str, JsonValue] = {
+    "chunk_id": "9f2d4c7e1b3a5f60",
+    "document_external_id": "runbook-42",
+    "title": "PostgreSQL failover",
+    "text": "Promote the standby with pg_ctl promote, then repoint the pooler.",
+    "page_range": [3, 3],
+    "section_path": ["Operations", "Failover"],
+    "char_offsets": [1840, 1906],
+    "metadata": {"source": "runbooks", "team": "sre"},
+}
+
+
+class ChunkOut(BaseModel):
+    """One chunk read by id (``GET /v1/chunks/{id}``), with its document and locators."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_CHUNK_EXAMPLE]})
+    chunk_id: str
+    document_external_id: str
+    title: str | None
+    text: str
+    page_range: tuple[int, int] | None
+    section_path: list[str]
+    char_offsets: tuple[int, int]
+    metadata: dict[str, JsonValue]
+
+
+class DocumentOut(BaseModel):
+    """A document's current text as its leaf chunks in order (``GET /v1/documents/{id}``);
+    ``truncated`` when it has more chunks than one answer carries."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "external_id": "runbook-42",
+                    "title": "PostgreSQL failover",
+                    "metadata": {"source": "runbooks", "team": "sre"},
+                    "chunks": [_CHUNK_EXAMPLE],
+                    "truncated": False,
+                }
+            ]
+        }
+    )
+    external_id: str
+    title: str | None
+    metadata: dict[str, JsonValue]
+    chunks: list[ChunkOut]
+    truncated: bool
+
+
 # --- errors -----------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from wiring.embedding import embedding_spec
 from wiring.index import dense_params, lexical_tokenizer, rebuild_config
 from wiring.ingest import make_runner, queue_policy
 from wiring.maintenance import maintenance_scheduler
+from wiring.oidc import jwt_authenticator
 from wiring.search import build_reranker, build_search_service
 from wiring.status import deployment_status
 
@@ -18,6 +19,7 @@ __all__ = [
     "build_reranker",
     "build_search_service",
     "dense_params",
+    "jwt_authenticator",
     "deployment_status",
     "lexical_tokenizer",
     "embedding_spec",

@@ -32,6 +32,8 @@ ERROR_STATUSES = {
     ("/v1/jobs", "get"): {"401", "403", "422", "429"} | _ANY,
     ("/v1/jobs/{job_id}:cancel", "post"): {"401", "403", "404", "422", "429"} | _ANY,
     ("/v1/retrieve", "post"): {"401", "403", "413", "422", "429", "503"} | _ANY,
+    ("/v1/chunks/{chunk_id}", "get"): {"401", "403", "404", "422", "429", "503"} | _ANY,
+    ("/v1/documents/{external_id}", "get"): {"401", "403", "404", "422", "429", "503"} | _ANY,
     ("/v1/admin/status", "get"): {"401", "403", "429"} | _ANY,
     ("/v1/me", "get"): {"401", "429"} | _ANY,
     ("/v1/connectors/{connector}/state", "get"): {"401", "403", "422", "429"} | _ANY,

@@ -1,6 +1,7 @@
 """The client distribution stands alone: its modules import only the standard library,
-httpx, pydantic and tenacity (what clients/python/pyproject.toml declares), and it imports
-and runs in a process where torch, faiss, Ray, numpy and every server package are absent."""
+httpx, pydantic and tenacity (what clients/python/pyproject.toml declares), the adapter
+modules add only their own extra's packages, and it imports and runs in a process where
+torch, faiss, Ray, numpy, every server package and every extra's packages are absent."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ SERVER_PACKAGES = (
     "wiring",
     "api",
 )
+# The modules of each optional extra and the import roots that extra installs.
+EXTRA_MODULES = {
+    "langchain.py": ("langchain", {"langchain_core"}),
+    "llama_index.py": ("llamaindex", {"llama_index"}),
+    "mcp_server.py": ("mcp", {"mcp"}),
+}
+EXTRAS_IMPORTS = ("langchain_core", "llama_index", "mcp")
 HEAVY = ("torch", "faiss", "ray", "numpy", "sentence_transformers", "fitz", "psycopg", "fastapi", "starlette")
 
 
@@ -43,10 +51,15 @@ def test_static_imports_are_stdlib_and_declared_dependencies() -> None:
     declared = tomllib.loads((REPO / "clients" / "python" / "pyproject.toml").read_text())["project"]
     deps = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in declared["dependencies"]}
     assert deps == {"httpx", "pydantic", "tenacity"}
-    third_party = set()
+    extras = declared["optional-dependencies"]
     for module in PACKAGE.rglob("*.py"):
-        third_party |= _imported_roots(module) - set(sys.stdlib_module_names) - {"__future__"}
-    assert third_party <= deps | {"ragline_client"}, third_party
+        third_party = _imported_roots(module) - set(sys.stdlib_module_names) - {"__future__"}
+        allowed = deps | {"ragline_client"}
+        if module.name in EXTRA_MODULES:
+            extra, roots = EXTRA_MODULES[module.name]
+            assert extras[extra], extra
+            allowed |= roots
+        assert third_party <= allowed, (module.name, third_party - allowed)
 
 
 _PROBE = """
@@ -87,7 +100,7 @@ print(json.dumps({"status": status, "modules": sorted({m.split(".")[0] for m in 
 def test_imports_and_runs_without_torch_faiss_ray_or_the_server() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, ",".join(HEAVY + SERVER_PACKAGES)],
+        [sys.executable, "-c", _PROBE, ",".join(HEAVY + SERVER_PACKAGES + EXTRAS_IMPORTS)],
         env=env,
         cwd="/",
         capture_output=True,
