@@ -37,7 +37,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        unreachable = _database_unreachable(exc)
+        if unreachable is None:
+            raise
+        print(f"ragline: error: {unreachable}", file=sys.stderr)
+        return 2
     return int(result or 0)
+
+
+def _database_unreachable(exc: Exception) -> str | None:
+    """A one-line message for a PostgreSQL that cannot be reached (no traceback), else None."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, psycopg.OperationalError):
+        return None
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (
+        f"cannot reach PostgreSQL: {first}\n"
+        "Check RAGLINE_DATABASE_URL, or `ragline db status` / `ragline db up` for the local cluster."
+    )
 
 
 if __name__ == "__main__":

@@ -245,7 +245,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".ragline")
     database_url: str | None = None
     pg_bin_dir: Path | None = None
-    pg_port: int = Field(54329, ge=1024, le=65535)
+    # The local cluster's port; None: 54329, or the next free port when 54329 is taken.
+    pg_port: int | None = Field(None, ge=1024, le=65535)
     db_pool_size: int = Field(8, ge=1, le=256)
     ray_address: str | None = None
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
