@@ -12,6 +12,10 @@ from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
 _GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status)
+# Commands that may start a local Ray in this process (ingest, jobs resume, index rebuild,
+# reembed): Ray's known-harmless C++ notices are dropped from their stderr, as `serve` and
+# `run` do (jobs/ray_runtime.py HARMLESS_NOTICES); progress bars still reach the terminal.
+_RAY_COMMANDS = frozenset({"ingest", "jobs", "index", "reembed"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Only where this process owns its stderr: a caller that replaced sys.stderr (a test
+    # harness capturing output, a program embedding the CLI) keeps its fd 2 as it is.
+    if args.command in _RAY_COMMANDS and sys.stderr is sys.__stderr__:
+        from jobs.ray_runtime import quiet_known_notices
+
+        quiet_known_notices()
     try:
         result = args.handler(args)
     except RaglineError as exc:
