@@ -238,8 +238,13 @@ class ReembedSettings(Section):
 class Settings(BaseSettings):
     """All of ragline's configuration. See the README's configuration table."""
 
+    # env_ignore_empty: ``RAGLINE_X=`` (an env file's blank line, .env.example) means the default.
     model_config = SettingsConfigDict(
-        env_prefix="RAGLINE_", env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix="RAGLINE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+        env_ignore_empty=True,
     )
 
     data_dir: Path = Path(".ragline")
