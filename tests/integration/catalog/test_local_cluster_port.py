@@ -85,8 +85,8 @@ def test_the_port_is_chosen_at_each_start_not_at_initdb(data_dir: Path, taken_po
     first = embedded.cluster_for(data_dir, port=free_port(), fsync=False)
     embedded.up(first)
     embedded.down(first)
-    # The first port is taken meanwhile (as when another PostgreSQL took 54329): RAGLINE_PG_PORT
-    # must be enough, without deleting the cluster.
+    # Another RAGLINE_PG_PORT (as after another PostgreSQL took 54329) must be enough, without
+    # deleting the cluster: the port written at initdb does not stick.
     moved = embedded.cluster_for(data_dir, port=free_port(), fsync=False)
     url = embedded.up(moved)
     assert embedded.running_port(moved) == moved.port and f"port={moved.port}" in url
