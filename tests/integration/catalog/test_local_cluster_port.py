@@ -121,3 +121,16 @@ def test_an_unreachable_database_is_one_line_not_a_traceback(tmp_path: Path) -> 
     )
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and "cannot reach PostgreSQL" in out.stderr, out.stderr
+
+
+def test_a_start_that_fails_names_the_port_and_the_log(data_dir: Path) -> None:
+    cluster = embedded.cluster_for(data_dir, port=free_port(), fsync=False)
+    embedded.up(cluster)
+    embedded.down(cluster)
+    with (cluster.pgdata / "postgresql.conf").open("a") as conf:
+        conf.write("no_such_setting = 1\n")  # any failure pg_ctl reports only as "Examine the log output"
+    with pytest.raises(ConfigError) as err:
+        embedded.up(cluster)
+    message = str(err.value)
+    assert f"port {cluster.port}" in message and str(cluster.log_file) in message, message
+    assert "no_such_setting" in message, message  # the log's last lines, quoted
