@@ -1,11 +1,16 @@
-"""``/docs`` without internet: Swagger UI from the ``swagger-ui-bundle`` wheel, served here.
+"""``/docs`` without internet: Swagger UI 5 from the ``fastapi-swagger`` wheel, served here.
 
 FastAPI's default page loads its script and stylesheet from a CDN and renders blank
-offline. The wheel ships Swagger UI's built assets (Apache-2.0, its licence is in the
-wheel's metadata); the app serves them under ``/docs/assets``.
+offline. FastAPI emits OpenAPI 3.1.0, which Swagger UI reads from 5.0 on (4.x shows "Unable
+to render this definition"); the ``fastapi-swagger`` wheel ships Swagger UI 5's built
+assets (Apache-2.0) in its ``resources`` folder. Only those files are used, none of the
+package's code, so the page stays FastAPI's own ``get_swagger_ui_html``.
 """
 
 from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -15,11 +20,14 @@ from fastapi.staticfiles import StaticFiles
 ASSETS = "/docs/assets"
 
 
+def swagger_ui_dir() -> Path:
+    """The folder holding ``swagger-ui-bundle.js``, ``swagger-ui.css`` and the favicon."""
+    return Path(str(files("fastapi_swagger") / "resources"))
+
+
 def install_docs(app: FastAPI) -> None:
     """Serve ``/docs`` and its assets; call on an app built with ``docs_url=None``."""
-    from swagger_ui_bundle import swagger_ui_path
-
-    app.mount(ASSETS, StaticFiles(directory=swagger_ui_path), name="swagger-ui-assets")
+    app.mount(ASSETS, StaticFiles(directory=swagger_ui_dir()), name="swagger-ui-assets")
     openapi_url = app.openapi_url or "/openapi.json"
 
     @app.get("/docs", include_in_schema=False)

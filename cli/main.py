@@ -12,6 +12,10 @@ from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
 _GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status)
+# Commands that may start a local Ray in this process (ingest, jobs resume, index rebuild,
+# reembed): Ray's known-harmless C++ notices are dropped from their stderr, as `serve` and
+# `run` do (jobs/ray_runtime.py HARMLESS_NOTICES); progress bars still reach the terminal.
+_RAY_COMMANDS = frozenset({"ingest", "jobs", "index", "reembed"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Only where this process owns its stderr: a caller that replaced sys.stderr (a test
+    # harness capturing output, a program embedding the CLI) keeps its fd 2 as it is.
+    if args.command in _RAY_COMMANDS and sys.stderr is sys.__stderr__:
+        from jobs.ray_runtime import quiet_known_notices
+
+        quiet_known_notices()
     try:
         result = args.handler(args)
     except RaglineError as exc:
@@ -37,7 +47,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        unreachable = _database_unreachable(exc)
+        if unreachable is None:
+            raise
+        print(f"ragline: error: {unreachable}", file=sys.stderr)
+        return 2
     return int(result or 0)
+
+
+def _database_unreachable(exc: Exception) -> str | None:
+    """A one-line message for a PostgreSQL that cannot be reached (no traceback), else None."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, psycopg.OperationalError):
+        return None
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (
+        f"cannot reach PostgreSQL: {first}\n"
+        "Check RAGLINE_DATABASE_URL, or `ragline db status` / `ragline db up` for the local cluster."
+    )
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import TextIO
 
 from tqdm import tqdm
+
+from core.stderr_filter import terminal_stderr
 
 
 class Progress:
@@ -29,7 +30,8 @@ class Progress:
     ) -> None:
         self.total, self.done, self.chunks, self.unit = total, done, 0, unit
         self._start_done = done
-        self.stream = stream or sys.stderr
+        # Past any stderr filter (core.stderr_filter): a terminal stays a terminal for the bar.
+        self.stream = stream or terminal_stderr()
         self.started = self._last_line = time.monotonic()
         self.line_seconds = line_seconds
         self._bar: tqdm | None = None

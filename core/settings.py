@@ -303,14 +303,20 @@ class OidcSettings(Section):
 class Settings(BaseSettings):
     """All of ragline's configuration. See the README's configuration table."""
 
+    # env_ignore_empty: ``RAGLINE_X=`` (an env file's blank line, .env.example) means the default.
     model_config = SettingsConfigDict(
-        env_prefix="RAGLINE_", env_nested_delimiter="__", extra="forbid", validate_default=True
+        env_prefix="RAGLINE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+        env_ignore_empty=True,
     )
 
     data_dir: Path = Path(".ragline")
     database_url: str | None = None
     pg_bin_dir: Path | None = None
-    pg_port: int = Field(54329, ge=1024, le=65535)
+    # The local cluster's port; None: 54329, or the next free port when 54329 is taken.
+    pg_port: int | None = Field(None, ge=1024, le=65535)
     db_pool_size: int = Field(8, ge=1, le=256)
     ray_address: str | None = None
     embedding_model: str = DEFAULT_EMBEDDING_MODEL

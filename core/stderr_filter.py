@@ -8,6 +8,9 @@ one of the given substrings. A child, not a thread: when this process crashes or
 the child still drains the pipe (a fatal error's last words included) and exits at EOF. It
 ignores SIGINT/SIGTERM so a Ctrl-C in a terminal cannot cut the server's shutdown logs off;
 it ends when every writer (this process and the children that inherited fd 2) has exited.
+
+Once fd 2 is a pipe, ``sys.stderr.isatty()`` is False; ``terminal_stderr()`` is the stream
+on the original fd 2, for what must reach the terminal as a terminal (progress bars).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TextIO
 
 _FILTER = """
 import signal, sys
@@ -33,6 +37,12 @@ for line in sys.stdin.buffer:
 _lock = threading.Lock()
 _installed: set[str] = set()
 _children: list[subprocess.Popen[bytes]] = []  # referenced for the process's lifetime
+_terminal: TextIO | None = None  # the original fd 2, once a filter took its place
+
+
+def terminal_stderr() -> TextIO:
+    """The unfiltered stderr: the original fd 2 when a filter is installed, else ``sys.stderr``."""
+    return _terminal or sys.stderr
 
 
 def filter_stderr(drop: Sequence[str]) -> bool:
@@ -62,7 +72,11 @@ def filter_stderr(drop: Sequence[str]) -> bool:
             return False
         _children.append(child)
         os.close(read_end)
-        os.close(original)
+        global _terminal
+        if _terminal is None:
+            _terminal = open(original, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+        else:
+            os.close(original)
         sys.stderr.flush()
         os.dup2(write_end, 2)
         os.close(write_end)

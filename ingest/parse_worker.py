@@ -41,9 +41,21 @@ def main(argv: list[str]) -> None:
     _warm_imports()
     _limit_memory(memory_mb)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    conn.send(("ready",))
+    if not _reply(conn, ("ready",)):
+        return
     while _serve_one(conn, target):
         pass
+
+
+def _reply(conn: Connection, message: object) -> bool:
+    """Send ``message``; False when the parent has gone (its pool closed while this worker
+    was starting or parsing): nobody is left to answer, so the worker just exits, without a
+    traceback in the terminal it shares with the parent."""
+    try:
+        conn.send(message)
+    except OSError:  # BrokenPipeError, ConnectionResetError
+        return False
+    return True
 
 
 def _serve_one(conn: Connection, target: ParseTarget) -> bool:
@@ -66,7 +78,8 @@ def _serve_one(conn: Connection, target: ParseTarget) -> bool:
     except Exception as exc:  # the contract: a reason code, never a traceback
         reply = ParseError(f"parsing failed: {type(exc).__name__}", code="parse_failed")
     del request
-    conn.send(reply)
+    if not _reply(conn, reply):
+        return False
     # After a refused allocation the heap may be fragmented or a library's state damaged.
     return not (isinstance(reply, ParseError) and reply.code == MEMORY_CODE)
 

@@ -1,4 +1,4 @@
-"""``/docs`` works without internet: Swagger UI's assets come from the swagger-ui-bundle
+"""``/docs`` works without internet: Swagger UI 5's assets come from the fastapi-swagger
 package, served by the app itself, and "Authorize" knows the bearer scheme."""
 
 from __future__ import annotations

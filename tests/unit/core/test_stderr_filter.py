@@ -60,3 +60,36 @@ def test_last_words_of_a_dying_process_still_arrive() -> None:
     )
     assert out.returncode == 3
     assert out.stderr == "fatal: about to die\nno newline at the end"
+
+
+def test_a_terminal_stays_a_terminal_for_progress_bars() -> None:
+    """With fd 2 a pipe to the filter, ``Progress`` still draws on the original terminal."""
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    script = textwrap.dedent(
+        """
+        import sys
+        from core.progress import Progress
+        from core.stderr_filter import filter_stderr, terminal_stderr
+        assert filter_stderr(["nothing to drop"])
+        print(sys.stderr.isatty(), terminal_stderr().isatty(), Progress(3).stream.isatty())
+        """
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=REPO,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert out.returncode == 0
+    assert out.stdout.split() == ["False", "True", "True"]

@@ -29,6 +29,9 @@ def parse(request: ParseRequest) -> ParsedDocument:
     elif fault == b"eat":  # 4 GiB, far past the test pool's memory limit
         hoard = [bytearray(64 << 20) for _ in range(64)]
         return ParsedDocument(text=str(len(hoard)), sections=())
+    elif fault == b"slow":  # answers after a second: time for the parent to go away first
+        time.sleep(1.0)
+        return ParsedDocument(text="slow", sections=())
     elif fault == b"pid":
         return ParsedDocument(text=str(os.getpid()), sections=())
     return parse_limited(request)
