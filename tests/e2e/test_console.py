@@ -116,7 +116,9 @@ def console(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> 
     assert server.started, "the server did not start"
     with psycopg.connect(pg_url) as conn:
         keys = {
-            "admin": create_key(conn, tenant_id="acme", roles=["admin"], principal_id="user:root").token,
+            "admin": create_key(
+                conn, tenant_id="acme", roles=["admin", "operator"], principal_id="user:root"
+            ).token,
             "ingest": create_key(conn, tenant_id="acme", roles=["ingest"]).token,
         }
         principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:alice", groups=["group:hr"])

@@ -45,6 +45,7 @@ def _groups(db_url: str, principal: str, groups: list[str], tenant: str = "acme"
 def seeded(full_client: TestClient, db_url: str) -> dict[str, str]:
     keys = {
         "admin": make_key(db_url, "acme", ["admin"], principal="user:root"),
+        "operator": make_key(db_url, "operator", ["operator"], principal="service:ops"),
         "ingest": make_key(db_url, "acme", ["ingest"]),
         "query": make_key(db_url, "acme", ["query"], principal="user:bob"),
         "other": make_key(db_url, "globex", ["ingest"]),
@@ -210,7 +211,7 @@ def test_keys_principals_and_job_resume(full_client: TestClient, db_url: str, se
 def test_index_swap_rollback_quality_gc(
     full_client: TestClient, db_url: str, tmp_path: Path, seeded: dict[str, str]
 ) -> None:
-    admin = seeded["admin"]
+    admin = seeded["operator"]
     config = factories.rebuild(index_root=tmp_path / "indexes", n_shards=2, flat_max_vectors=1)
     v1, v2 = rebuild(db_url, config), rebuild(db_url, config)
 
@@ -242,7 +243,8 @@ def test_index_swap_rollback_quality_gc(
     assert missing.status_code == 404
     gc = post("/v1/admin/index:gc")
     assert gc["deleted"] == [] and {k["version_id"] for k in gc["kept"]} == {v1, v2}
-    assert full_client.get("/v1/admin/index", headers=_auth(seeded["ingest"])).status_code == 403
+    for tenant_key in ("ingest", "admin"):  # index versions are the operator's, not a tenant's
+        assert full_client.get("/v1/admin/index", headers=_auth(seeded[tenant_key])).status_code == 403
 
 
 def test_console_page_and_assets(foundation_client: TestClient) -> None:

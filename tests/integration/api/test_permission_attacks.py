@@ -9,7 +9,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
+from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
 
 pytestmark = pytest.mark.integration
@@ -66,6 +68,9 @@ class World:
         self.delegate = {
             t: make_key(db_url, t, ["query"], principal="service:portal", delegate=True) for t in DOCS
         }
+        self.admins = {t: make_key(db_url, t, ["admin"], principal="user:root") for t in DOCS}
+        self.operator = make_key(db_url, "operator", ["operator"], principal="service:ops")
+        self.db_url = db_url
         self.jobs: dict[str, str] = {}
         with psycopg.connect(db_url) as conn:
             principals_repo.replace_groups(
@@ -235,3 +240,80 @@ def test_other_tenants_jobs_and_documents_by_id(world: World) -> None:
     still = world.retrieve(world.readers[("acme", "user:alice")], mode="lexical").json()["results"]
     assert {"handbook", "secret-a"} <= {r["document_external_id"] for r in still}
     assert world.leaks == []
+
+
+def test_a_tenant_admin_cannot_run_the_deployment(world: World, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Index versions, aliases, re-embeds and GC belong to the operator: a tenant admin's key
+    is refused them all (and cannot mint an operator key), and sees only its own tenant's
+    jobs in the status, while the operator sees every tenant's."""
+    from jobs.rebuild_job import rebuild
+
+    config = factories.rebuild(index_root=tmp_path / "indexes", n_shards=1)
+    v1, v2 = rebuild(world.db_url, config), rebuild(world.db_url, config)
+    op = _auth(world.operator)
+    assert (
+        world.client.post(
+            "/v1/admin/index/aliases/live:swap", json={"version_id": v1}, headers=op
+        ).status_code
+        == 200
+    )
+    assert (
+        world.client.post(
+            "/v1/admin/index/aliases/live:swap", json={"version_id": v2}, headers=op
+        ).status_code
+        == 200
+    )
+    with psycopg.connect(world.db_url) as conn:  # a queued acme job no runner has picked up
+        item = jobs_repo.NewItem(external_id="late", mime_type="text/plain", payload=b"A late memo.")
+        acme_queued = str(jobs_repo.create_job(conn, tenant_id="acme", kind="ingest", items=[item]))
+    globex = world.admins["globex"]
+    attempts = [
+        ("POST", "/v1/admin/index/aliases/live:swap", {"version_id": v1}),
+        ("POST", "/v1/admin/index/aliases/live:rollback", None),
+        ("POST", "/v1/admin/index/aliases/junk:swap", {"version_id": v1}),
+        ("POST", f"/v1/admin/index/versions/{v1}:quality", None),
+        ("POST", "/v1/admin/index:gc", None),
+        ("GET", "/v1/admin/index", None),
+        ("POST", "/v1/admin/reembed", {"model": "bundled:all-MiniLM-L6-v2", "shards": 593, "force": True}),
+        ("POST", "/v1/admin/keys", {"roles": ["operator"]}),
+        ("POST", "/v1/admin/keys", {"roles": ["admin", "operator"]}),
+    ]
+    for method, path, body in attempts:
+        resp = world.client.request(method, path, json=body, headers=_auth(globex))
+        world.checks += 1
+        if resp.status_code != 403 or resp.json()["error"]["code"] != "forbidden":
+            world.leaks.append(f"tenant admin {method} {path}: {resp.status_code} {resp.text[:120]}")
+    # An operator key is not a tenant admin either: no tenant's principals, keys or searches.
+    for method, path, body in (
+        ("GET", "/v1/admin/principals", None),
+        ("POST", "/v1/admin/retrieve", {"query": WORDS}),
+        ("POST", "/v1/admin/explain", {"external_id": "secret-a", "as_principal": "user:alice"}),
+        ("POST", "/v1/retrieve", {"query": WORDS}),
+        ("POST", "/v1/admin/keys", {"roles": ["admin"]}),
+    ):
+        resp = world.client.request(method, path, json=body, headers=op)
+        world.checks += 1
+        if resp.status_code != 403:
+            world.leaks.append(f"operator {method} {path}: {resp.status_code} {resp.text[:120]}")
+    # live is where the operator left it.
+    served = world.client.post(
+        "/v1/retrieve", json={"query": WORDS}, headers=_auth(world.readers[("acme", "user:bob")])
+    )
+    assert served.json()["index_version"] == v2
+    # Status: the tenant admin sees its own tenant only, the operator the deployment.
+    mine = world.client.get("/v1/admin/status", headers=_auth(globex)).json()
+    assert mine["scope"] == "tenant" and mine["shards"] == [] and mine["capacity"] is None
+    assert mine["node"] is None and mine["last_rebuild"] is None
+    assert {j["tenant_id"] for j in mine["running_jobs"]} <= {"globex"}
+    assert acme_queued not in {j["job_id"] for j in mine["running_jobs"]} and "acme" not in str(mine)
+    deployment = world.client.get("/v1/admin/status", headers=op).json()
+    assert deployment["scope"] == "deployment" and deployment["shards"]
+    assert acme_queued in {j["job_id"] for j in deployment["running_jobs"]}
+    # The operator may mint another operator key; a tenant admin may not revoke it.
+    made = world.client.post("/v1/admin/keys", json={"roles": ["operator"]}, headers=op)
+    assert made.status_code == 201, made.text
+    key_id = made.json()["key"]["key_id"]
+    refused = world.client.post(f"/v1/admin/keys/{key_id}:revoke", headers=_auth(globex))
+    assert refused.status_code == 404
+    assert world.client.get("/v1/admin/index", headers=_auth(made.json()["token"])).status_code == 200
+    assert world.leaks == [] and world.checks == len(attempts) + 5
