@@ -90,7 +90,6 @@ class ExplainIn(Strict):
 
 
 ExplainReason = Literal[
-    "other_tenant",
     "not_found",
     "deleted",
     "superseded",

@@ -208,7 +208,6 @@
 
   // --- why not? --------------------------------------------------------------------------
   const REASONS = {
-    other_tenant: "it belongs to another tenant",
     not_found: "no such document in this tenant",
     deleted: "the document is deleted",
     superseded: "this chunk belongs to an older version of the document",

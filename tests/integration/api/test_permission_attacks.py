@@ -5,6 +5,8 @@ read; the suite counts its checks and requires 0 leaks."""
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
@@ -317,3 +319,88 @@ def test_a_tenant_admin_cannot_run_the_deployment(world: World, tmp_path) -> Non
     assert refused.status_code == 404
     assert world.client.get("/v1/admin/index", headers=_auth(made.json()["token"])).status_code == 200
     assert world.leaks == [] and world.checks == len(attempts) + 5
+
+
+def test_no_existence_oracle_across_tenants(world: World) -> None:
+    """An id another tenant holds answers exactly as an id nobody holds, in explain and every
+    by-id route; stored chunk ids are keyed, so they cannot be derived from a guessed
+    external id and offsets."""
+    from ingest.hashing import chunk_id
+
+    acme_admin, acme_ingest = _auth(world.admins["acme"]), _auth(world.ingest["acme"])
+    globex_job = world.jobs["globex"]
+    with psycopg.connect(world.db_url) as conn:
+        rows = conn.execute(
+            "SELECT c.chunk_id, d.tenant_id, d.external_id, c.version, c.char_start, c.char_end, c.level"
+            " FROM chunks c JOIN documents d USING (doc_id)"
+        ).fetchall()
+    for cid, tenant, ext, version, start, end, level in rows:
+        world.checks += 1
+        if cid == chunk_id(tenant, ext, version, start, end, level):
+            world.leaks.append(f"chunk id of {tenant}/{ext} derivable without the key")
+    globex_chunk = next(r[0] for r in rows if r[1] == "globex")
+    missing_chunk = "0" * 64
+
+    def explain(**body: str):  # type: ignore[no-untyped-def]
+        return world.client.post(
+            "/v1/admin/explain", json={"as_principal": "user:alice", **body}, headers=acme_admin
+        )
+
+    pairs = [  # (another tenant's id, an id nobody holds, request maker)
+        ("public-g", "nobody-has-this", lambda i: explain(external_id=i)),
+        (globex_chunk, missing_chunk, lambda i: explain(chunk_id=i)),
+        (
+            "public-g",
+            "nobody-has-this",
+            lambda i: world.client.delete(f"/v1/documents/{i}", headers=acme_ingest),
+        ),
+        (
+            "public-g",
+            "nobody-has-this",
+            lambda i: world.client.put(
+                f"/v1/documents/{i}/acl", json={"principals": [], "public": True}, headers=acme_ingest
+            ),
+        ),
+        (globex_job, str(uuid.uuid4()), lambda i: world.client.get(f"/v1/jobs/{i}", headers=acme_ingest)),
+        (
+            globex_job,
+            str(uuid.uuid4()),
+            lambda i: world.client.post(f"/v1/jobs/{i}:cancel", headers=acme_ingest),
+        ),
+        (
+            globex_job,
+            str(uuid.uuid4()),
+            lambda i: world.client.post(f"/v1/jobs/{i}:resume", headers=acme_ingest),
+        ),
+    ]
+    for theirs, nobodys, ask in pairs:
+        a, b = ask(theirs), ask(nobodys)
+        world.checks += 1
+        # request ids differ per call: compare the bodies without them
+        a_body = {k: v for k, v in a.json().items() if k != "request_id"}
+        b_body = {k: v for k, v in b.json().items() if k != "request_id"}
+        if "error" in a_body:
+            a_body["error"] = {k: v for k, v in a_body["error"].items() if k != "request_id"}
+            b_body["error"] = {k: v for k, v in b_body["error"].items() if k != "request_id"}
+        if a.status_code != b.status_code or str(a_body).replace(theirs, nobodys) != str(b_body):
+            world.leaks.append(f"{theirs} answers unlike {nobodys}: {a.text[:160]} / {b.text[:160]}")
+    # The keyed ids keep re-ingesting idempotent: the same content is unchanged, same ids.
+    before = {r[0] for r in rows if r[1] == "acme"}
+    again = {
+        "documents": [
+            {"external_id": ext, "text": f"acme {ext}: {WORDS}.", "acl": acl, "metadata": meta}
+            for ext, acl, meta in DOCS["acme"]
+        ]
+    }
+    job = world.client.post("/v1/documents", json=again, headers=acme_ingest).json()
+    done = wait_job(world.client, world.ingest["acme"], job["job_id"])
+    assert done["documents"]["unchanged"] == len(DOCS["acme"])
+    with psycopg.connect(world.db_url) as conn:
+        after = {
+            r[0]
+            for r in conn.execute(
+                "SELECT c.chunk_id FROM chunks c JOIN documents d USING (doc_id) WHERE d.tenant_id = 'acme'"
+            )
+        }
+    assert after == before
+    assert world.leaks == [] and world.checks == len(rows) + len(pairs)
