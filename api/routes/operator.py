@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -40,6 +41,7 @@ from api.console_schemas import (
 )
 from api.deps import AdminOrOperator, AdminPrincipal, OperatorPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
+from api.observe import RetrieveAudit, RetrieveObserver
 from api.routes.retrieve import document_filters, response_json, retrieve_request, search_service
 from api.schemas import RetrieveInBase, RetrieveLimits, retrieve_in_model
 from authz.acl import build_acl_filter
@@ -49,7 +51,9 @@ from authz.roles import check_grant
 from catalog import audit
 from catalog import indexes as indexes_repo
 from catalog import principals as principals_repo
+from catalog.audit import AuditEvent
 from catalog.principals import KeyRow
+from core.context import request_id_var
 from core.errors import NotFoundError, UnavailableError
 from index.quality import ShardQuality, version_quality
 from jobs import index_admin
@@ -67,12 +71,28 @@ def _as(request: Request, admin: Principal, as_principal: str | None) -> Current
     return auth.impersonate(admin, target)
 
 
-def _view(pool: ConnectionPool, admin: Principal, current: CurrentPrincipal, action: str) -> PrincipalView:
-    """The principal searched as, and an audit entry when an admin acts as someone else."""
+def _view(
+    pool: ConnectionPool,
+    admin: Principal,
+    current: CurrentPrincipal,
+    action: str,
+    entry: AuditEvent | None = None,
+) -> PrincipalView:
+    """The principal searched as, and its audit entry: ``entry`` when given (every admin
+    search), else ``action`` when an admin acts as someone else."""
     p = current.principal
     with pool.connection() as conn:
         known = principals_repo.principal_exists(conn, tenant_id=p.tenant_id, principal_id=p.principal_id)
-        if p.principal_id != admin.principal_id:
+        if entry is not None:
+            audit.record(
+                conn,
+                actor=entry.actor,
+                action=entry.action,
+                tenant_id=entry.tenant_id,
+                target=entry.target,
+                details=entry.details,
+            )
+        elif p.principal_id != admin.principal_id:
             audit.record(
                 conn, actor=admin.principal_id, action=action, tenant_id=p.tenant_id, target=p.principal_id
             )
@@ -103,16 +123,32 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         body: RetrieveInBase, request: Request, admin: AdminPrincipal, pool: PoolDep
     ) -> JSONResponse:
         """Search as any principal of the tenant (``as_principal``; the admin itself when
-        absent) and see every stage: ranks per list, plans, timings, degraded stages."""
+        absent) and see every stage: ranks per list, plans, timings, degraded stages. Every
+        call is audited (``admin.retrieve``) like a retrieve, whatever ``audit.retrieves`` says."""
+        started = perf_counter()
         service = search_service(request)
         current = _as(request, admin, body.as_principal)
         acl = build_acl_filter(current.principal, document_filters(body.filters))
-        result = service.retrieve(retrieve_request(body), acl, catalog_position=current.catalog_position)
+        req = retrieve_request(body)
+        result = service.retrieve(req, acl, catalog_position=current.catalog_position)
+        info = RetrieveAudit(
+            principal=admin,
+            on_behalf_of=current.principal.principal_id,
+            query=req.query,
+            mode=req.mode,
+            top_k=req.top_k,
+            filters=body.filters.model_dump(mode="json", exclude_defaults=True),
+            catalog_position=current.catalog_position,
+            latency_s=perf_counter() - started,
+            request_id=request_id_var.get(),
+        )
+        observer: RetrieveObserver = request.app.state.observer
+        entry = observer.event(result, info, service.state.model_name, action="admin.retrieve")
         out = response_json(result)
         for item, r in zip(out["results"], result.results, strict=True):
             item["ranks"] = r.stage_ranks
             item["found_by"] = [s for s in ("dense", "lexical") if s in r.stage_ranks]
-        out["principal"] = _view(pool, admin, current, "console.search_as").model_dump()
+        out["principal"] = _view(pool, admin, current, "console.search_as", entry).model_dump()
         out["plans"] = _plans(result.plans)
         out["model"] = service.state.model_name
         return JSONResponse(out)

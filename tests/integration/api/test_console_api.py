@@ -165,6 +165,38 @@ def test_search_as_principal_with_stage_details(full_client: TestClient, seeded:
     assert r.status_code == 403
 
 
+def test_every_admin_search_is_audited_like_a_retrieve(
+    full_client: TestClient, db_url: str, seeded: dict[str, str]
+) -> None:
+    """Searching as the admin itself or as another principal: each leaves one entry with the
+    actor, the principal searched as, the filters, the chunk ids returned and the version."""
+    admin = seeded["admin"]
+    asked = [
+        {"query": "salary compensation bands", "as_principal": "user:alice", "top_k": 3},
+        {"query": "kitchen", "filters": {"metadata": {"team": ["hr", "eng"]}}, "mode": "lexical"},
+    ]
+    answers = []
+    for body in asked:
+        r = full_client.post("/v1/admin/retrieve", json=body, headers=_auth(admin))
+        assert r.status_code == 200, r.text
+        answers.append(r.json())
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT actor, tenant_id, target, details FROM audit_log WHERE action = 'admin.retrieve'"
+            " ORDER BY seq"
+        ).fetchall()
+    assert len(rows) == len(asked)
+    for (actor, tenant, target, details), body, out in zip(rows, asked, answers, strict=True):
+        searched_as = body.get("as_principal", "user:root")
+        assert actor == "user:root" and tenant == "acme" and target == out["request_id"]
+        assert details["on_behalf_of"] == searched_as
+        assert details["chunk_ids"] == [r["chunk_id"] for r in out["results"]]
+        assert details["index_version"] == out["index_version"]
+        assert details["filters"] == body.get("filters", {})
+        assert details["mode"] == body.get("mode", "hybrid") and details["model"] == out["model"]
+    assert answers[0]["results"]  # alice's search returned something to record
+
+
 def test_keys_principals_and_job_resume(full_client: TestClient, db_url: str, seeded: dict[str, str]) -> None:
     admin = seeded["admin"]
     made = full_client.post(
