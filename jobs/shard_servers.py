@@ -253,9 +253,7 @@ class ShardFanout:
             degraded,
         )
 
-    def _global_stats(
-        self, text: str, position: int, tenant_id: str
-    ) -> tuple[LexicalStats, dict[int, str]]:
+    def _global_stats(self, text: str, position: int, tenant_id: str) -> tuple[LexicalStats, dict[int, str]]:
         """Round one of a lexical query: every server's statistics of the tenant for its
         segments, summed, and the servers that did not answer (by index, with the error's name)."""
         got = self._gather([s.lexical_stats.remote(text, position, tenant_id) for s in self.servers])
