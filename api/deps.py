@@ -84,5 +84,7 @@ QueryPrincipal = Annotated[Principal, Depends(_role(QUERY))]
 AdminPrincipal = Annotated[Principal, Depends(_role(ADMIN))]
 # The deployment operator: index versions, aliases, re-embeds, GC, the deployment status.
 OperatorPrincipal = Annotated[Principal, Depends(_role(OPERATOR))]
+# Following jobs: a tenant's ingest keys, and an operator its own tenant's (re-embeds).
+JobsPrincipal = Annotated[Principal, Depends(_role(INGEST, OPERATOR))]
 # Either: routes that answer both, each with what its role may see (status, key creation).
 AdminOrOperator = Annotated[Principal, Depends(_role(ADMIN, OPERATOR))]

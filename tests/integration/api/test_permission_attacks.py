@@ -318,6 +318,10 @@ def test_a_tenant_admin_cannot_run_the_deployment(world: World, tmp_path) -> Non
     refused = world.client.post(f"/v1/admin/keys/{key_id}:revoke", headers=_auth(globex))
     assert refused.status_code == 404
     assert world.client.get("/v1/admin/index", headers=_auth(made.json()["token"])).status_code == 200
+    # An operator follows its own tenant's jobs (its re-embeds), never another tenant's.
+    own = world.client.get("/v1/jobs", headers=op)
+    assert own.status_code == 200 and acme_queued not in {j["job_id"] for j in own.json()}
+    assert world.client.get(f"/v1/jobs/{acme_queued}", headers=op).status_code == 404
     assert world.leaks == [] and world.checks == len(attempts) + 5
 
 
