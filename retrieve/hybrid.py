@@ -47,7 +47,7 @@ class Masks:
     shard_counts: tuple[int, ...]
     delta_count: int
     documents: int  # readable documents in the catalog view (whether or not this process holds their shards)
-    tenant_id: str = ""  # whose lexical statistics score the lexical list
+    tenant_id: str  # whose lexical statistics score the lexical list
 
     @property
     def allowed(self) -> int:
