@@ -90,7 +90,6 @@ class ExplainIn(Strict):
 
 
 ExplainReason = Literal[
-    "other_tenant",
     "not_found",
     "deleted",
     "superseded",
@@ -172,7 +171,7 @@ class PrincipalOut(BaseModel):
     created_at: str
 
 
-Role = Literal["ingest", "query", "admin"]
+Role = Literal["ingest", "query", "admin", "operator"]
 
 
 class KeyOut(BaseModel):
@@ -206,7 +205,7 @@ class KeyOut(BaseModel):
 
 
 class KeyIn(Strict):
-    roles: list[Role] = Field(min_length=1, max_length=3)
+    roles: list[Role] = Field(min_length=1, max_length=4)
     principal_id: PrincipalId | None = None
     can_delegate: bool = False
     name: Annotated[str, StringConstraints(max_length=200)] | None = None

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from api.limits import KeyLimiter
 from authz.oidc import JwtAuthenticator
 from authz.principals import KeyAuthenticator, Principal
+from authz.roles import ADMIN, INGEST, OPERATOR, QUERY, require_any
 from core.errors import AuthenticationError
 from core.settings import Settings
 
@@ -71,9 +72,11 @@ async def _authenticate(request: Request) -> Principal:
     return await run_in_threadpool(auth.authenticate, token)
 
 
-def _role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+def _role(*roles: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+    """A dependency admitting a principal holding any of ``roles`` (``authz.roles`` decides)."""
+
     async def dependency(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
-        principal.require(role)
+        require_any(principal.roles, *roles)
         return principal
 
     return dependency
@@ -82,6 +85,13 @@ def _role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 PoolDep = Annotated[ConnectionPool, Depends(get_pool)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
-IngestPrincipal = Annotated[Principal, Depends(_role("ingest"))]
-QueryPrincipal = Annotated[Principal, Depends(_role("query"))]
-AdminPrincipal = Annotated[Principal, Depends(_role("admin"))]
+IngestPrincipal = Annotated[Principal, Depends(_role(INGEST))]
+QueryPrincipal = Annotated[Principal, Depends(_role(QUERY))]
+# A tenant's admin: its keys, principals, groups, documents and jobs, inside its tenant.
+AdminPrincipal = Annotated[Principal, Depends(_role(ADMIN))]
+# The deployment operator: index versions, aliases, re-embeds, GC, the deployment status.
+OperatorPrincipal = Annotated[Principal, Depends(_role(OPERATOR))]
+# Following jobs: a tenant's ingest keys, and an operator its own tenant's (re-embeds).
+JobsPrincipal = Annotated[Principal, Depends(_role(INGEST, OPERATOR))]
+# Either: routes that answer both, each with what its role may see (status, key creation).
+AdminOrOperator = Annotated[Principal, Depends(_role(ADMIN, OPERATOR))]

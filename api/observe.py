@@ -130,9 +130,13 @@ class RetrieveObserver:
         if self.probe is not None:
             self.probe.note(info.catalog_position)
         if self.audit is not None:
-            self.audit.submit(self._event(result, info, model))
+            self.audit.submit(self.event(result, info, model))
 
-    def _event(self, result: RetrieveResult, info: RetrieveAudit, model: str) -> AuditEvent:
+    def event(
+        self, result: RetrieveResult, info: RetrieveAudit, model: str, *, action: str = "retrieve"
+    ) -> AuditEvent:
+        """The audit entry of one answered search: who asked, as whom, with which filters,
+        which chunks came back from which index version."""
         details: dict[str, Any] = {
             "key_id": info.principal.key_id,
             "on_behalf_of": info.on_behalf_of,
@@ -150,7 +154,7 @@ class RetrieveObserver:
             details["query"] = info.query
         return AuditEvent(
             actor=info.principal.principal_id,
-            action="retrieve",
+            action=action,
             tenant_id=info.principal.tenant_id,
             target=info.request_id,
             details=details,

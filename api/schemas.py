@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
@@ -267,3 +267,8 @@ class StatusOut(_FromAttributes):
     last_migration: MigrationOut | None
     capacity: CapacityOut | None
     node: NodeStatusOut | None = None
+    scope: Literal["deployment", "tenant"] = Field(
+        "deployment",
+        description="'tenant' for a tenant admin: its own jobs, changes and delta only; no shard"
+        " sizes, capacity, last rebuild or node view (they count every tenant's chunks).",
+    )

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import psycopg
 
+from authz.roles import ROLES
 from catalog import audit
 from catalog import principals as repo
 from core import validation
 from core.errors import InvalidInputError
 
-ROLES = ("ingest", "query", "admin")
 _KEY_RE = re.compile(r"rl_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from authz import roles as role_rules
 from authz.api_keys import hash_token, parse_token, verify_token
 from catalog import principals as repo
 from core.errors import AuthenticationError, PermissionDeniedError, UnavailableError
@@ -40,8 +41,11 @@ class Principal:
         return frozenset((self.principal_id, *self.groups))
 
     def require(self, role: str) -> None:
-        if role not in self.roles and "admin" not in self.roles:
-            raise PermissionDeniedError(f"this key lacks the '{role}' role")
+        role_rules.require(self.roles, role)
+
+    @property
+    def is_operator(self) -> bool:
+        return role_rules.has_role(self.roles, role_rules.OPERATOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +149,7 @@ class KeyAuthenticator:
         Separate from ``delegate``: it needs the ``admin`` role itself (not delegation), stays
         inside the admin's tenant, and the result can only query.
         """
-        if "admin" not in admin.roles:
+        if not role_rules.has_role(admin.roles, role_rules.ADMIN):
             raise PermissionDeniedError("only an admin key may search as another principal")
         groups, position = self._groups(admin.tenant_id, as_principal)
         user = Principal(

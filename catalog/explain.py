@@ -23,14 +23,6 @@ class ChunkRef:
     tombstone: str | None
 
 
-def exists_in_other_tenant(conn: psycopg.Connection, *, tenant_id: str, external_id: str) -> bool:
-    """Whether some other tenant holds ``external_id`` (the tenant is not said)."""
-    row = conn.execute(
-        "SELECT 1 FROM documents WHERE external_id = %s AND tenant_id <> %s LIMIT 1", (external_id, tenant_id)
-    ).fetchone()
-    return row is not None
-
-
 def chunk_ref(conn: psycopg.Connection, *, tenant_id: str, chunk_id: str) -> ChunkRef | None:
     """The chunk ``chunk_id`` of ``tenant_id`` (None when absent or another tenant's)."""
     with conn.cursor(row_factory=class_row(ChunkRef)) as cur:
@@ -41,15 +33,6 @@ def chunk_ref(conn: psycopg.Connection, *, tenant_id: str, chunk_id: str) -> Chu
             " WHERE c.chunk_id = %s AND d.tenant_id = %s",
             (chunk_id, tenant_id),
         ).fetchone()
-
-
-def chunk_in_other_tenant(conn: psycopg.Connection, *, tenant_id: str, chunk_id: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-        " WHERE c.chunk_id = %s AND d.tenant_id <> %s",
-        (chunk_id, tenant_id),
-    ).fetchone()
-    return row is not None
 
 
 def leaf_rows(conn: psycopg.Connection, *, doc_id: int, version: int) -> list[int]:

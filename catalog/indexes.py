@@ -136,6 +136,17 @@ def swap_alias(conn: psycopg.Connection, *, alias: str, version_id: str) -> str 
     return previous
 
 
+def forget_previous(conn: psycopg.Connection, *, alias: str) -> str | None:
+    """Drop ``alias``'s rollback target (a purge ended the rollback window: that version's
+    files hold purged text); returns it, so GC may delete it past its grace."""
+    row = conn.execute(
+        "UPDATE index_aliases a SET previous_version = NULL FROM index_aliases old"
+        " WHERE a.alias = %s AND old.alias = a.alias RETURNING old.previous_version",
+        (alias,),
+    ).fetchone()
+    return row[0] if row else None
+
+
 def retire(conn: psycopg.Connection, *, version_id: str) -> None:
     conn.execute(
         "UPDATE index_versions SET state = 'deleted', retired_at = now() WHERE version_id = %s", (version_id,)

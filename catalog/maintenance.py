@@ -106,13 +106,15 @@ def live_leaf_count(conn: psycopg.Connection, *, tenant_id: str) -> int:
     return int(row[0]) if row else 0
 
 
-def fresh_leaf_count(conn: psycopg.Connection, *, after_position: int) -> int:
-    """Visible leaf chunks of documents versioned after ``after_position`` (a version's delta)."""
+def fresh_leaf_count(conn: psycopg.Connection, *, after_position: int, tenant_id: str | None = None) -> int:
+    """Visible leaf chunks of documents versioned after ``after_position`` (a version's delta);
+    with ``tenant_id``, that tenant's only."""
     row = conn.execute(
         "SELECT count(*) FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
         " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0 AND c.doc_id IN"
-        " (SELECT doc_id FROM catalog_changes WHERE seq > %s AND kind = 'version')",
-        (after_position,),
+        " (SELECT doc_id FROM catalog_changes WHERE seq > %s AND kind = 'version')"
+        " AND (%s::text IS NULL OR d.tenant_id = %s)",
+        (after_position, tenant_id, tenant_id),
     ).fetchone()
     return int(row[0]) if row else 0
 

@@ -50,12 +50,14 @@ def last_rebuild(conn: psycopg.Connection) -> RebuildRow | None:
         ).fetchone()
 
 
-def freshness(conn: psycopg.Connection, *, after: int) -> Freshness:
-    """How far the catalog has moved past position ``after`` (a version's build position)."""
+def freshness(conn: psycopg.Connection, *, after: int, tenant_id: str | None = None) -> Freshness:
+    """How far the catalog has moved past position ``after`` (a version's build position);
+    with ``tenant_id``, counting only that tenant's changes."""
     row = conn.execute(
         "SELECT coalesce(max(seq), 0), min(created_at) FILTER (WHERE seq > %s),"
-        " count(*) FILTER (WHERE seq > %s) FROM catalog_changes",
-        (after, after),
+        " count(*) FILTER (WHERE seq > %s) FROM catalog_changes"
+        " WHERE %s::text IS NULL OR tenant_id = %s",
+        (after, after, tenant_id, tenant_id),
     ).fetchone()
     if row is None:
         return Freshness(0, None, 0)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from authz.roles import OPERATOR, OPERATOR_TENANT, ROLES
 from cli.output import add_json_flag, operator, print_rows
 from core.settings import get_settings
 
@@ -12,8 +14,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     keys = sub.add_parser("keys", help="API keys")
     ksub = keys.add_subparsers(dest="keys_action", required=True)
     create = ksub.add_parser("create", help="create a key; the token is printed once")
-    create.add_argument("--tenant", required=True)
-    create.add_argument("--role", action="append", required=True, choices=["ingest", "query", "admin"])
+    create.add_argument(
+        "--tenant", help=f"the key's tenant (an operator-only key defaults to '{OPERATOR_TENANT}')"
+    )
+    create.add_argument(
+        "--role",
+        action="append",
+        required=True,
+        choices=list(ROLES),
+        help="admin: a tenant's admin; operator: the deployment's (index versions, re-embeds, GC)",
+    )
     create.add_argument("--principal", help="user:<id> or service:<id> (default service:<tenant>-<role>)")
     create.add_argument("--delegate", action="store_true", help="may act as an end user (as_principal)")
     create.add_argument("--name")
@@ -38,10 +48,16 @@ def _create(args: argparse.Namespace) -> int:
 
     from authz.api_keys import create_key
 
+    tenant = args.tenant
+    if tenant is None:
+        if set(args.role) != {OPERATOR}:
+            print("ragline keys create: --tenant is required for tenant roles", file=sys.stderr)
+            return 2
+        tenant = OPERATOR_TENANT
     with psycopg.connect(_conninfo()) as conn:
         key = create_key(
             conn,
-            tenant_id=args.tenant,
+            tenant_id=tenant,
             roles=args.role,
             principal_id=args.principal,
             can_delegate=args.delegate,

@@ -7,11 +7,25 @@ import os
 import sys
 import warnings
 
-from cli import audit, connect, db, evaluate, index, jobs, keys, reembed, reranker, schedule, serve, status
+from cli import (
+    audit,
+    connect,
+    db,
+    evaluate,
+    index,
+    jobs,
+    keys,
+    purge,
+    reembed,
+    reranker,
+    schedule,
+    serve,
+    status,
+)
 from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
-_GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status)
+_GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status, purge)
 # Commands that may start a local Ray in this process (ingest, jobs resume, index rebuild,
 # reembed): Ray's known-harmless C++ notices are dropped from their stderr, as `serve` and
 # `run` do (jobs/ray_runtime.py HARMLESS_NOTICES); progress bars still reach the terminal.

@@ -41,7 +41,9 @@ def _dev_keys(url: str, settings: Settings) -> dict[str, str]:
                 conn, tenant_id=TENANT, roles=["query"], principal_id="user:demo", name="dev query key"
             ).token,
             "ingest": create_key(conn, tenant_id=TENANT, roles=["ingest"], name="dev ingest key").token,
-            "admin": create_key(conn, tenant_id=TENANT, roles=["admin"], name="dev admin key").token,
+            "admin": create_key(
+                conn, tenant_id=TENANT, roles=["admin", "operator"], name="dev admin key"
+            ).token,
         }
         repo.replace_groups(conn, tenant_id=TENANT, principal_id="user:demo", groups=["group:eng"])
     path.write_text(json.dumps(keys, indent=2))

@@ -197,6 +197,13 @@ class AuditSettings(Section):
     queue_size: int = Field(100_000, ge=1)
 
 
+class RetentionSettings(Section):
+    # How long a deleted or superseded version's bytes (chunk text, vectors, parsed text) and
+    # a cancelled or failed job's payloads stay before the maintenance tick purges them: the
+    # window for in-flight reads, a rollback of ``live`` and resuming a job.
+    purge_after_seconds: int = Field(86400, ge=0)
+
+
 class MetricsSettings(Section):
     enabled: bool = True
     # Tenant ids as a label value (one series per tenant): off, since tenants are unbounded.
@@ -331,6 +338,7 @@ class Settings(BaseSettings):
     rerank: RerankSettings = RerankSettings()
     limits: LimitsSettings = LimitsSettings()
     audit: AuditSettings = AuditSettings()
+    retention: RetentionSettings = RetentionSettings()
     metrics: MetricsSettings = MetricsSettings()
     console: ConsoleSettings = ConsoleSettings()
     reembed: ReembedSettings = ReembedSettings()

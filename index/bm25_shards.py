@@ -20,7 +20,8 @@ Collection statistics across segments: each segment's precomputed scores use its
 document frequencies and average length, so the same document would score differently in a
 shard of 100k documents and in a delta of three. ``search(..., stats=)`` rescores the
 query's postings with statistics summed over every segment (``LexicalStats.total`` of each
-segment's ``stats(query)``, as distributed engines' DFS phase does): a posting's term
+segment's ``stats(query, within=)``, as distributed engines' DFS phase does; serving counts
+only the caller's tenant's visible chunks, so no tenant's text moves another's scores): a posting's term
 frequency is recovered exactly from its local score (tf = r K / (1 - r), r = score / idf,
 K = k1 (1 - b + b dl / avgdl)) using the document lengths stored with the shard, and scored
 again with the global idf and average length. The per-shard df table is computed once at
@@ -164,16 +165,35 @@ class LexicalShard:
         lengths = np.array([len(tokens) for tokens in corpus], dtype=np.int32)
         return cls(bm25, row_ids, tokenizer_config, k1=k1, b=b, method=method, doc_lengths=lengths)
 
-    def stats(self, query: str) -> LexicalStats:
-        """This segment's share of the collection statistics for ``query``'s terms."""
+    def stats(self, query: str, *, within: np.ndarray | None = None) -> LexicalStats:
+        """This segment's share of the collection statistics for ``query``'s terms, over the
+        positions of ``within`` (a bool mask: one tenant's chunks) or all of them.
+
+        With a mask, a term's df counts only its postings inside the mask (every term of the
+        vocabulary gets an entry, 0 included, so no caller falls back to the segment's df),
+        and the length counts only the masked documents."""
+        if within is None:
+            n_docs, length = self.ntotal, self._total_length
+        else:
+            within = np.asarray(within, dtype=bool)
+            if within.shape != (self.ntotal,):
+                raise InvalidInputError(f"within must be ({self.ntotal},) bool, got {within.shape}")
+            n_docs = int(np.count_nonzero(within))
+            length = int(np.sum(self._dl[within], dtype=np.int64)) if self._dl is not None else 0
         df: dict[str, int] = {}
         if self._bm25 is not None:
             vocab = self._bm25.vocab_dict
+            indices, indptr = self._bm25.scores["indices"], self._bm25.scores["indptr"]
             for term in set(self.tokenizer.tokenize(query)):
                 token_id = vocab.get(term)
-                if token_id is not None:
+                if token_id is None:
+                    continue
+                if within is None:
                     df[term] = int(self._df[token_id])
-        return LexicalStats(self.ntotal, self._total_length, df)
+                else:
+                    postings = indices[int(indptr[token_id]) : int(indptr[token_id + 1])]
+                    df[term] = int(np.count_nonzero(within[postings]))
+        return LexicalStats(n_docs, length, df)
 
     def search(
         self, query: str, k: int, *, allowed: np.ndarray | None, stats: LexicalStats | None = None

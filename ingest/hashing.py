@@ -1,12 +1,15 @@
 """Deterministic content hashes and chunk ids (sha256 over a canonical encoding).
 
 Ids derive from what a chunk is (tenant, document, version, span, level), never from when
-it was made, so re-ingesting the same document version is an idempotent upsert.
+it was made, so re-ingesting the same document version is an idempotent upsert. Stored
+chunk ids are keyed (HMAC-SHA256 with the deployment's secret, ``catalog.secrets``), so no
+one without the key can derive another tenant's ids from a guessed external id and offsets.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -47,9 +50,19 @@ def content_hash(normalised: bytes, title: str | None, chunking_metadata: Mappin
 
 
 def chunk_id(
-    tenant_id: str, external_id: str, version: int, char_start: int, char_end: int, level: int
+    tenant_id: str,
+    external_id: str,
+    version: int,
+    char_start: int,
+    char_end: int,
+    level: int,
+    *,
+    key: bytes | None = None,
 ) -> str:
     """The deterministic id of a chunk: the same span of the same version gets the same id.
+
+    Without ``key`` the id is only provisional (the chunker's, before the version is known;
+    never stored); every id written to the catalog is keyed.
 
     Args:
         tenant_id: The owning tenant.
@@ -58,9 +71,13 @@ def chunk_id(
         char_start: Start offset of the chunk in the parsed text.
         char_end: End offset (exclusive).
         level: 0 for a leaf chunk, 1 for a parent.
+        key: The deployment's chunk id key: HMAC-SHA256 instead of a plain sha256.
 
     Returns:
-        The sha256 hex digest.
+        The hex digest.
     """
     fields = json.dumps([tenant_id, external_id, version, char_start, char_end, level], ensure_ascii=False)
-    return hashlib.sha256(_CHUNK_DOMAIN + fields.encode()).hexdigest()
+    message = _CHUNK_DOMAIN + fields.encode()
+    if key is not None:
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return hashlib.sha256(message).hexdigest()

@@ -192,10 +192,13 @@ def embed(
     return out
 
 
-def with_version(chunks: Sequence[Chunk], *, tenant_id: str, external_id: str, version: int) -> list[Chunk]:
-    """Chunk ids hash the version, which is only known at commit: re-derive them."""
+def with_version(
+    chunks: Sequence[Chunk], *, tenant_id: str, external_id: str, version: int, key: bytes
+) -> list[Chunk]:
+    """Chunk ids hash the version, which is only known at commit: re-derive them, keyed with
+    the deployment's chunk id ``key`` (the ids that are stored)."""
     new_id = {
-        c.chunk_id: chunk_id(tenant_id, external_id, version, c.char_start, c.char_end, c.level)
+        c.chunk_id: chunk_id(tenant_id, external_id, version, c.char_start, c.char_end, c.level, key=key)
         for c in chunks
     }
     return [

@@ -13,6 +13,7 @@ import psycopg
 
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
+from catalog import secrets as secrets_repo
 from core.records import Committable, Embedded, Failed, Unchanged
 from ingest.parsed_store import encode_parsed
 from ingest.pipeline import with_version
@@ -83,7 +84,13 @@ def _commit_embedded(
         )
         return "unchanged" if done else "skipped"
     version = docs_repo.next_version(conn, doc=current)
-    chunks = with_version(p.chunks, tenant_id=src.tenant_id, external_id=src.external_id, version=version)
+    chunks = with_version(
+        p.chunks,
+        tenant_id=src.tenant_id,
+        external_id=src.external_id,
+        version=version,
+        key=secrets_repo.chunk_id_key(conn),
+    )
     result = docs_repo.commit_version(
         conn,
         doc=current,

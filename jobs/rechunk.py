@@ -19,6 +19,7 @@ import psycopg
 
 from catalog import documents as docs_repo
 from catalog import reembed as reembed_repo
+from catalog import secrets as secrets_repo
 from catalog.reembed import ParentSection, StaleDocument
 from core.records import ParsedDocument, Section, SectionKind
 from index.embedder import Embedder
@@ -154,7 +155,11 @@ def _rechunk_one(
             page_count=parsed.page_count,
             warnings=parsed.warnings,
             chunks=with_version(
-                chunks, tenant_id=doc.tenant_id, external_id=doc.external_id, version=version
+                chunks,
+                tenant_id=doc.tenant_id,
+                external_id=doc.external_id,
+                version=version,
+                key=secrets_repo.chunk_id_key(conn),
             ),
             vectors=vectors[target_model],
             model=target_model,

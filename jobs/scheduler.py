@@ -18,7 +18,9 @@ from typing import Any
 import psycopg
 
 from catalog import audit, indexes, maintenance
+from catalog import purge as purge_repo
 from catalog import reembed as reembed_repo
+from catalog.purge import PurgeCounts
 from jobs import index_admin
 from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
 from jobs.schedules import ScheduledRun, ScheduleRunner, run_due
@@ -37,6 +39,7 @@ class MaintenancePolicy:
     audit_retention_seconds: float
     upload_dir: Path
     upload_gc_grace_seconds: int
+    purge_after_seconds: float = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class TickResult:
     collected: tuple[str, ...]
     scheduled: tuple[ScheduledRun, ...] = ()
     audit_removed: int = 0  # audit entries past the retention, deleted this tick
+    purged: PurgeCounts = PurgeCounts()  # hidden versions and stale payloads purged this tick
 
 
 def tick(
@@ -76,6 +80,48 @@ def rebuild_and_swap(
     return built
 
 
+def rebuild_and_forget(
+    conn: psycopg.Connection, conninfo: str, config: RebuildConfig, *, alias: str, actor: str, why: list[str]
+) -> str:
+    """Rebuild ``alias`` from the purged catalog and drop its rollback target."""
+    built = rebuild_and_swap(conn, conninfo, config, alias=alias, actor=actor, why=why)
+    with conn.transaction():
+        forgotten = indexes.forget_previous(conn, alias=alias)
+        audit.record(
+            conn,
+            actor=actor,
+            action="index.forget_rollback",
+            target=alias,
+            details={"version": forgotten, "reason": "its files hold purged text"},
+        )
+    return built
+
+
+def purge_expired(conn: psycopg.Connection, *, older_than_seconds: float, actor: str) -> PurgeCounts:
+    """The maintenance tick's purge: versions hidden longer than ``older_than_seconds`` and
+    the payloads of cancelled or failed jobs finished that long ago; audited when it did
+    anything. ``conn`` is autocommit."""
+    with conn.transaction():
+        counts = purge_repo.purge_hidden(conn, older_than_seconds=older_than_seconds)
+        payloads = purge_repo.drop_stale_payloads(conn, older_than_seconds=older_than_seconds)
+        counts = counts + PurgeCounts(job_payloads=payloads)
+        if counts.any:
+            audit.record(
+                conn,
+                actor=actor,
+                action="retention.purge",
+                details={
+                    "versions": counts.versions,
+                    "chunks": counts.chunks,
+                    "documents": counts.documents,
+                    "job_payloads": counts.job_payloads,
+                },
+            )
+    if counts.any:
+        log.info("retention purge: %s", counts)
+    return counts
+
+
 def scheduled_rebuild(conninfo: str, config: RebuildConfig, *, alias: str) -> ScheduleRunner:
     """The runner of ``rebuild`` schedules; the stored arguments may set ``shards``."""
 
@@ -98,6 +144,7 @@ def scheduled_rebuild(conninfo: str, config: RebuildConfig, *, alias: str) -> Sc
 def _maintain(
     conn: psycopg.Connection, conninfo: str, config: RebuildConfig, policy: MaintenancePolicy
 ) -> TickResult:
+    purged = purge_expired(conn, older_than_seconds=policy.purge_after_seconds, actor="scheduler")
     live = indexes.resolve_alias(conn, alias=policy.alias)
     if live is not None and live.embedding_model != config.model_name:  # migrated: follow the alias
         config = replace(config, model_name=live.embedding_model)
@@ -108,6 +155,9 @@ def _maintain(
         delta_chunks=policy.delta_chunks,
         model=config.model_name,
     )
+    stale = live is not None and purge_repo.purged_since(conn, version_id=live.version_id)
+    if stale:  # the live version's files may hold purged text (this tick's or an erasure's)
+        advice = replace(advice, needed=True, reasons=(*advice.reasons, "purge: live version predates it"))
     built = None
     migration = reembed_repo.active_migration(conn)
     if advice.needed and migration is not None:  # rebuilds wait for the model migration
@@ -115,7 +165,8 @@ def _maintain(
         advice = replace(advice, reasons=(*advice.reasons, f"deferred: migration {migration.job_id} running"))
     elif advice.needed:
         log.info("scheduled rebuild: %s", "; ".join(advice.reasons))
-        built = rebuild_and_swap(
+        rebuild_then = rebuild_and_forget if stale else rebuild_and_swap
+        built = rebuild_then(
             conn, conninfo, config, alias=policy.alias, actor="scheduler", why=list(advice.reasons)
         )
     collected = index_admin.collect_garbage(
@@ -125,7 +176,7 @@ def _maintain(
     removed = audit.collect_garbage(conn, retention_seconds=policy.audit_retention_seconds)
     if removed:
         log.info("audit retention: removed %d entries", removed)
-    return TickResult(True, built, advice.reasons, tuple(collected), audit_removed=removed)
+    return TickResult(True, built, advice.reasons, tuple(collected), audit_removed=removed, purged=purged)
 
 
 class MaintenanceScheduler:

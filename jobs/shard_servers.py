@@ -119,11 +119,11 @@ class ShardServer:
             self.state, planner=config.planner, pool=self.executor, stage_timeout_s=config.stage_timeout_s
         )
 
-    def lexical_stats(self, text: str, position: int) -> LexicalStats:
-        """This group's share of the collection statistics for ``text`` (the delta counts once,
-        on group 0, the only server that loads it)."""
+    def lexical_stats(self, text: str, position: int, tenant_id: str) -> LexicalStats:
+        """This group's share of the tenant's collection statistics for ``text`` (the delta
+        counts once, on group 0, the only server that loads it)."""
         self.watcher.catch_up_to(position)
-        return self.searcher.lexical_stats(self.state.current, text)
+        return self.searcher.lexical_stats(self.state.current, text, tenant_id=tenant_id)
 
     def search(self, query: ShardQuery) -> ShardAnswer:
         self.watcher.catch_up_to(query.position)
@@ -228,7 +228,7 @@ class ShardFanout:
         degraded: list[dict[str, str]] = []
         servers = list(enumerate(self.servers))
         if query.text is not None:
-            stats, failed = self._global_stats(query.text, query.position)
+            stats, failed = self._global_stats(query.text, query.position, query.acl.tenant_id)
             query = replace(query, stats=stats)
             for i, reason in failed.items():  # a server that failed round one is not asked again
                 degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
@@ -253,10 +253,10 @@ class ShardFanout:
             degraded,
         )
 
-    def _global_stats(self, text: str, position: int) -> tuple[LexicalStats, dict[int, str]]:
-        """Round one of a lexical query: every server's statistics for its segments, summed,
-        and the servers that did not answer (by index, with the error's name)."""
-        got = self._gather([s.lexical_stats.remote(text, position) for s in self.servers])
+    def _global_stats(self, text: str, position: int, tenant_id: str) -> tuple[LexicalStats, dict[int, str]]:
+        """Round one of a lexical query: every server's statistics of the tenant for its
+        segments, summed, and the servers that did not answer (by index, with the error's name)."""
+        got = self._gather([s.lexical_stats.remote(text, position, tenant_id) for s in self.servers])
         failed = {i: type(x).__name__ for i, x in enumerate(got) if isinstance(x, Exception)}
         return LexicalStats.total([x for x in got if not isinstance(x, Exception)]), failed
 

@@ -84,19 +84,28 @@ class StatusReport:
     last_rebuild: RebuildRow | None
     last_migration: MigrationRow | None
     capacity: Capacity | None
+    scope: str = "deployment"  # or "tenant": one tenant's share, nothing summed over others
 
 
-def status_report(conn: psycopg.Connection, *, alias: str, model: str, index_root: Path) -> StatusReport:
-    """The deployment's status as the catalog and the live version's files tell it."""
+def status_report(
+    conn: psycopg.Connection, *, alias: str, model: str, index_root: Path, tenant_id: str | None = None
+) -> StatusReport:
+    """The deployment's status as the catalog and the live version's files tell it.
+
+    With ``tenant_id`` (a tenant admin asking), only that tenant's jobs, changes and delta;
+    shard sizes, capacity and the last rebuild count every tenant's chunks, so they are left
+    out rather than hint at how much other tenants hold.
+    """
     target = indexes_repo.resolve_alias(conn, alias=alias)
     shards: list[ShardStatus] = []
     capacity = None
     built_at = 0
     if target is not None:
         built_at = target.catalog_position
-        shards = _shards(conn, Path(target.path))
-        capacity = _capacity(shards, target.dim, index_root)
-    fresh = status_repo.freshness(conn, after=built_at)
+        if tenant_id is None:
+            shards = _shards(conn, Path(target.path))
+            capacity = _capacity(shards, target.dim, index_root)
+    fresh = status_repo.freshness(conn, after=built_at, tenant_id=tenant_id)
     lag = (
         (datetime.now(UTC) - fresh.oldest_unindexed_at).total_seconds() if fresh.oldest_unindexed_at else None
     )
@@ -105,7 +114,7 @@ def status_report(conn: psycopg.Connection, *, alias: str, model: str, index_roo
             str(j.job_id), j.tenant_id, j.kind, j.state, j.documents_done, j.documents_total, j.started_at
         )
         for state in ("running", "queued")
-        for j in jobs_repo.list_jobs(conn, tenant_id=None, state=state, limit=50)
+        for j in jobs_repo.list_jobs(conn, tenant_id=tenant_id, state=state, limit=50)
     ]
     return StatusReport(
         model=model,
@@ -115,14 +124,15 @@ def status_report(conn: psycopg.Connection, *, alias: str, model: str, index_roo
         ],
         live_version=target.version_id if target else None,
         shards=shards,
-        delta_chunks=maintenance_repo.fresh_leaf_count(conn, after_position=built_at),
+        delta_chunks=maintenance_repo.fresh_leaf_count(conn, after_position=built_at, tenant_id=tenant_id),
         catalog_position=fresh.position,
         changes_since_build=fresh.changes_after,
         freshness_lag_s=lag,
         running_jobs=running,
-        last_rebuild=status_repo.last_rebuild(conn),
+        last_rebuild=status_repo.last_rebuild(conn) if tenant_id is None else None,
         last_migration=status_repo.last_migration(conn),
         capacity=capacity,
+        scope="deployment" if tenant_id is None else "tenant",
     )
 
 

@@ -164,6 +164,15 @@ class CatalogView:
             mask &= keep
         return mask
 
+    def tenant_documents(self, tenant_id: str) -> np.ndarray:
+        """Boolean mask over document indexes: the tenant's active documents, whoever may read
+        them (the scope of its lexical statistics)."""
+        a, n = self._arrays, self._n
+        codes = self._tenants.lookup([tenant_id])
+        if not codes:
+            return np.zeros(n, dtype=bool)
+        return (a["tenant"][:n] == codes[0]) & a["active"][:n]
+
     def live_documents(self) -> np.ndarray:
         """Boolean mask over document indexes: active with a current version (any reader)."""
         return self._arrays["active"][: self._n].copy()

@@ -2,7 +2,8 @@
 ``POST /v1/admin/explain``, derived from the catalog, the serving snapshot and (for a query)
 the real search path.
 
-Reasons that hide the document: ``other_tenant``, ``not_found``, ``deleted``, ``superseded``
+Reasons that hide the document: ``not_found`` (also for another tenant's id: no existence
+oracle across tenants), ``deleted``, ``superseded``
 (a chunk of an older version), ``not_in_acl``, ``filtered``, ``not_embedded``, ``no_chunks``.
 Reasons that only describe it: ``in_delta`` (written after the index version was built and
 served from the delta), ``below_top_k`` (visible, but not ranked in the first results for the
@@ -24,7 +25,6 @@ from retrieve.serving import ServingIndex
 
 HIDING = frozenset(
     {
-        "other_tenant",
         "not_found",
         "deleted",
         "superseded",
@@ -92,15 +92,13 @@ def explain(
     chunk = None
     if chunk_id is not None:
         chunk = explain_repo.chunk_ref(conn, tenant_id=tenant, chunk_id=chunk_id)
-        if chunk is None:
-            other = explain_repo.chunk_in_other_tenant(conn, tenant_id=tenant, chunk_id=chunk_id)
-            return Explanation(("other_tenant" if other else "not_found",), None)
+        if chunk is None:  # another tenant's id answers exactly as one that does not exist
+            return Explanation(("not_found",), None)
         external_id = chunk.external_id
     assert external_id is not None
     doc = documents_repo.get_document(conn, tenant_id=tenant, external_id=external_id)
-    if doc is None:
-        other = explain_repo.exists_in_other_tenant(conn, tenant_id=tenant, external_id=external_id)
-        return Explanation(("other_tenant" if other else "not_found",), external_id)
+    if doc is None:  # no existence oracle: another tenant's id is simply not found
+        return Explanation(("not_found",), external_id)
     reasons: list[str] = []
     if doc.state == "deleted":
         reasons.append("deleted")

@@ -60,4 +60,5 @@ def maintenance_policy(settings: Settings) -> MaintenancePolicy:
         audit_retention_seconds=settings.audit.retention_days * 86400.0,
         upload_dir=settings.upload_dir,
         upload_gc_grace_seconds=settings.ingest.upload_gc_grace_seconds,
+        purge_after_seconds=float(settings.retention.purge_after_seconds),
     )

@@ -6,6 +6,11 @@
   const KEY = "ragline.console.key";
   const API = new URL("../", document.baseURI); // /console/ -> the server root (or proxy prefix)
   let principals = [];
+  const ROLES = "ragline.console.roles";
+  // Which pages each role may use: a tenant admin its tenant, an operator the index.
+  const PAGE_ROLES = { search: "admin", explain: "admin", jobs: "admin", keys: "admin", index: "operator" };
+  function roles() { return (sessionStorage.getItem(ROLES) || "").split(",").filter(Boolean); }
+  function allowed(page) { return roles().includes(PAGE_ROLES[page]); }
   let jobsTimer = null;
 
   // --- helpers ---------------------------------------------------------------------------
@@ -64,9 +69,14 @@
   async function signIn(key) {
     sessionStorage.setItem(KEY, key);
     try {
-      principals = await api("GET", "v1/admin/principals");
+      const me = await api("GET", "v1/me");
+      if (!me.roles.includes("admin") && !me.roles.includes("operator"))
+        throw new ApiError(403, "forbidden", "this key is neither a tenant admin nor an operator key");
+      sessionStorage.setItem(ROLES, me.roles.join(","));
+      principals = allowed("keys") ? await api("GET", "v1/admin/principals") : [];
     } catch (err) {
       sessionStorage.removeItem(KEY);
+      sessionStorage.removeItem(ROLES);
       throw err;
     }
     fillPrincipals();
@@ -74,6 +84,7 @@
 
   function signOut(message) {
     sessionStorage.removeItem(KEY);
+    sessionStorage.removeItem(ROLES);
     stopJobs();
     $("nav").hidden = true;
     $("who").hidden = true;
@@ -99,9 +110,13 @@
     if (!sessionStorage.getItem(KEY)) { showPage("signin"); return; }
     $("nav").hidden = false;
     $("who").hidden = false;
-    $("who-text").textContent = "signed in with an admin key";
-    const name = (location.hash || "#search").slice(1);
-    const page = PAGES.includes(name) && name !== "signin" ? name : "search";
+    const held = roles().filter((r) => r === "admin" || r === "operator");
+    $("who-text").textContent = "signed in with an " + (held.join(" and ") || "admin") + " key";
+    for (const a of document.querySelectorAll("#nav a")) a.hidden = !allowed(a.dataset.page);
+    $("k-operator").hidden = !allowed("index");
+    const first = PAGES.find((p) => p !== "signin" && allowed(p)) || "search";
+    const name = (location.hash || "#" + first).slice(1);
+    const page = PAGES.includes(name) && name !== "signin" && allowed(name) ? name : first;
     showPage(page);
     stopJobs();
     if (page === "jobs") startJobs();
@@ -200,7 +215,6 @@
 
   // --- why not? --------------------------------------------------------------------------
   const REASONS = {
-    other_tenant: "it belongs to another tenant",
     not_found: "no such document in this tenant",
     deleted: "the document is deleted",
     superseded: "this chunk belongs to an older version of the document",
@@ -445,7 +459,7 @@
     $("gc-button").addEventListener("click", gc);
     $("sign-out").addEventListener("click", () => signOut("Signed out."));
     window.addEventListener("hashchange", route);
-    if (sessionStorage.getItem(KEY)) {
+    if (sessionStorage.getItem(KEY) && allowed("keys")) {
       api("GET", "v1/admin/principals").then((ps) => { principals = ps; fillPrincipals(); showGroups(); }).catch(() => {});
     }
     showGroups();

@@ -8,7 +8,7 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import AdminPrincipal, PoolDep, SettingsDep
+from api.deps import AdminOrOperator, AdminPrincipal, OperatorPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.schemas import GroupsBody, GroupsOut, JobOut, NodeStatusOut, ShardStatusOut, StatusOut
 from authz.api_keys import validate_principal_id
@@ -42,16 +42,18 @@ def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool:
 
 
 @router.get("/admin/status", response_model=StatusOut, responses=error_responses(401, 403, 429))
-def status(request: Request, admin: AdminPrincipal, pool: PoolDep, settings: SettingsDep) -> StatusOut:
+def status(request: Request, admin: AdminOrOperator, pool: PoolDep, settings: SettingsDep) -> StatusOut:
     """Live version per alias, model, shards, delta, jobs, last rebuild and migration,
-    freshness lag and capacity headroom; ``node`` is what this replica serves."""
+    freshness lag and capacity headroom; ``node`` is what this replica serves. An operator
+    sees the deployment; a tenant admin its own tenant's jobs, changes and delta only."""
     from wiring.status import deployment_status  # the search stack, only when asked
 
+    tenant = None if admin.is_operator else admin.tenant_id
     with pool.connection() as conn:
-        report = deployment_status(settings, conn)
+        report = deployment_status(settings, conn, tenant_id=tenant)
     out = StatusOut.model_validate(report)
     search = getattr(request.app.state, "search", None)
-    if search is not None and search.state.loaded:
+    if tenant is None and search is not None and search.state.loaded:
         snap, view = search.state.current, search.state.view
         out.node = NodeStatusOut(
             serving_version=snap.version_id,
@@ -85,8 +87,9 @@ class ReembedIn(BaseModel):
     status_code=202,
     responses=error_responses(401, 403, 429, 409, 422),
 )
-def post_reembed(body: ReembedIn, request: Request, admin: AdminPrincipal, pool: PoolDep) -> JobOut:
-    """Start a model migration (one at a time); follow it with ``GET /v1/jobs/{job_id}``."""
+def post_reembed(body: ReembedIn, request: Request, admin: OperatorPrincipal, pool: PoolDep) -> JobOut:
+    """Start a model migration (one at a time, operator only: it swaps ``live`` for every
+    tenant); follow it with ``GET /v1/jobs/{job_id}``."""
     from api.routes.jobs import job_out
     from catalog import jobs as jobs_repo
     from jobs.reembed_job import ReembedArgs, start_reembed

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from api.deps import IngestPrincipal, PoolDep
+from api.deps import IngestPrincipal, JobsPrincipal, PoolDep
 from api.errors import error_responses
 from api.schemas import ItemError, ItemWarnings, JobDocuments, JobOut, JobThroughput
 from catalog import jobs as jobs_repo
@@ -81,7 +81,7 @@ def job_out(
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=error_responses(401, 403, 429, 404, 422))
-def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
+def get_job(job_id: uuid.UUID, principal: JobsPrincipal, pool: PoolDep) -> JobOut:
     with pool.connection() as conn:
         job = jobs_repo.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
         if job is None:
@@ -93,7 +93,7 @@ def get_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> Job
 
 @router.get("/jobs", response_model=list[JobOut], responses=error_responses(401, 403, 429, 422))
 def list_jobs(
-    principal: IngestPrincipal,
+    principal: JobsPrincipal,
     pool: PoolDep,
     state: JobState = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -106,7 +106,7 @@ def list_jobs(
 @router.post(
     "/jobs/{job_id}:cancel", response_model=JobOut, responses=error_responses(401, 403, 429, 404, 422)
 )
-def cancel_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
+def cancel_job(job_id: uuid.UUID, principal: JobsPrincipal, pool: PoolDep) -> JobOut:
     """Stops a job between batches; items already written stay written."""
     with pool.connection() as conn:
         job = operations.cancel(

@@ -1,8 +1,9 @@
 """The operator console's admin API: search as any principal with the full diagnostics,
 "why not?", principals and keys, index versions (swap, rollback, quality, GC).
 
-Every route needs an admin key and stays inside the admin's tenant; index versions are
-deployment-wide, as in ``ragline index``. Built per app (``build_router(limits)``) because
+Search, explain, principals and keys need a tenant admin key and stay inside its tenant;
+index versions are deployment-wide (as in ``ragline index``) and need an operator key
+(``authz.roles``). Built per app (``build_router(limits)``) because
 the search route validates with the configured request limits.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -37,17 +39,21 @@ from api.console_schemas import (
     SwapOut,
     VersionOut,
 )
-from api.deps import AdminPrincipal, PoolDep, SettingsDep
+from api.deps import AdminOrOperator, AdminPrincipal, OperatorPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
+from api.observe import RetrieveAudit, RetrieveObserver
 from api.routes.retrieve import document_filters, response_json, retrieve_request, search_service
 from api.schemas import RetrieveInBase, RetrieveLimits, retrieve_in_model
 from authz.acl import build_acl_filter
 from authz.api_keys import create_key, revoke, validate_principal_id
 from authz.principals import CurrentPrincipal, KeyAuthenticator, Principal
+from authz.roles import check_grant
 from catalog import audit
 from catalog import indexes as indexes_repo
 from catalog import principals as principals_repo
+from catalog.audit import AuditEvent
 from catalog.principals import KeyRow
+from core.context import request_id_var
 from core.errors import NotFoundError, UnavailableError
 from index.quality import ShardQuality, version_quality
 from jobs import index_admin
@@ -65,12 +71,28 @@ def _as(request: Request, admin: Principal, as_principal: str | None) -> Current
     return auth.impersonate(admin, target)
 
 
-def _view(pool: ConnectionPool, admin: Principal, current: CurrentPrincipal, action: str) -> PrincipalView:
-    """The principal searched as, and an audit entry when an admin acts as someone else."""
+def _view(
+    pool: ConnectionPool,
+    admin: Principal,
+    current: CurrentPrincipal,
+    action: str,
+    entry: AuditEvent | None = None,
+) -> PrincipalView:
+    """The principal searched as, and its audit entry: ``entry`` when given (every admin
+    search), else ``action`` when an admin acts as someone else."""
     p = current.principal
     with pool.connection() as conn:
         known = principals_repo.principal_exists(conn, tenant_id=p.tenant_id, principal_id=p.principal_id)
-        if p.principal_id != admin.principal_id:
+        if entry is not None:
+            audit.record(
+                conn,
+                actor=entry.actor,
+                action=entry.action,
+                tenant_id=entry.tenant_id,
+                target=entry.target,
+                details=entry.details,
+            )
+        elif p.principal_id != admin.principal_id:
             audit.record(
                 conn,
                 actor=admin.principal_id,
@@ -106,16 +128,32 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         body: RetrieveInBase, request: Request, admin: AdminPrincipal, pool: PoolDep
     ) -> JSONResponse:
         """Search as any principal of the tenant (``as_principal``; the admin itself when
-        absent) and see every stage: ranks per list, plans, timings, degraded stages."""
+        absent) and see every stage: ranks per list, plans, timings, degraded stages. Every
+        call is audited (``admin.retrieve``) like a retrieve, whatever ``audit.retrieves`` says."""
+        started = perf_counter()
         service = search_service(request)
         current = _as(request, admin, body.as_principal)
         acl = build_acl_filter(current.principal, document_filters(body.filters))
-        result = service.retrieve(retrieve_request(body), acl, catalog_position=current.catalog_position)
+        req = retrieve_request(body)
+        result = service.retrieve(req, acl, catalog_position=current.catalog_position)
+        info = RetrieveAudit(
+            principal=admin,
+            on_behalf_of=current.principal.principal_id,
+            query=req.query,
+            mode=req.mode,
+            top_k=req.top_k,
+            filters=body.filters.model_dump(mode="json", exclude_defaults=True),
+            catalog_position=current.catalog_position,
+            latency_s=perf_counter() - started,
+            request_id=request_id_var.get(),
+        )
+        observer: RetrieveObserver = request.app.state.observer
+        entry = observer.event(result, info, service.state.model_name, action="admin.retrieve")
         out = response_json(result)
         for item, r in zip(out["results"], result.results, strict=True):
             item["ranks"] = r.stage_ranks
             item["found_by"] = [s for s in ("dense", "lexical") if s in r.stage_ranks]
-        out["principal"] = _view(pool, admin, current, "console.search_as").model_dump()
+        out["principal"] = _view(pool, admin, current, "console.search_as", entry).model_dump()
         out["plans"] = _plans(result.plans)
         out["model"] = service.state.model_name
         return JSONResponse(out)
@@ -198,7 +236,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         ]
 
     @router.get("/keys", response_model=list[KeyOut], responses=error_responses(401, 403, 429))
-    def list_keys(admin: AdminPrincipal, pool: PoolDep) -> list[KeyOut]:
+    def list_keys(admin: AdminOrOperator, pool: PoolDep) -> list[KeyOut]:
         """The tenant's keys; never a secret nor its hash."""
         with pool.connection() as conn:
             return [_key_out(k) for k in principals_repo.list_keys(conn, tenant_id=admin.tenant_id)]
@@ -209,8 +247,10 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         status_code=201,
         responses=error_responses(401, 403, 429, 413, 422),
     )
-    def create(body: KeyIn, admin: AdminPrincipal, pool: PoolDep) -> KeyCreatedOut:
-        """Create a key in the admin's tenant; the token is in this response only."""
+    def create(body: KeyIn, admin: AdminOrOperator, pool: PoolDep) -> KeyCreatedOut:
+        """Create a key in the caller's tenant; the token is in this response only. Tenant
+        roles need a tenant admin, ``operator`` an operator."""
+        check_grant(admin.roles, body.roles)
         principal = validate_principal_id(body.principal_id) if body.principal_id else None
         with pool.connection() as conn:
             key = create_key(
@@ -230,9 +270,14 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     @router.post(
         "/keys/{key_id}:revoke", response_model=KeyOut, responses=error_responses(401, 403, 429, 404, 422)
     )
-    def revoke_route(key_id: str, admin: AdminPrincipal, pool: PoolDep) -> KeyOut:
-        """Revoke one of the tenant's keys; refused everywhere within a second."""
+    def revoke_route(key_id: str, admin: AdminOrOperator, pool: PoolDep) -> KeyOut:
+        """Revoke one of the tenant's keys (an operator key only by an operator); refused
+        everywhere within a second."""
         with pool.connection() as conn:
+            before = principals_repo.get_key(conn, key_id=key_id)
+            if before is None or before.tenant_id != admin.tenant_id:
+                raise NotFoundError(f"no active key {key_id} in this tenant")
+            check_grant(admin.roles, before.roles)
             done = revoke(
                 conn, key_id=key_id, actor=admin.principal_id, tenant_id=admin.tenant_id, via="console"
             )
@@ -242,7 +287,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         return _key_out(row)
 
     @router.get("/index", response_model=IndexOut, responses=error_responses(401, 403, 429))
-    def index_overview(request: Request, admin: AdminPrincipal, pool: PoolDep) -> IndexOut:
+    def index_overview(request: Request, admin: OperatorPrincipal, pool: PoolDep) -> IndexOut:
         """Versions (model, kinds, shards, counts, hidden fraction, delta, position, build
         time) and aliases, and what this node serves."""
         with pool.connection() as conn:
@@ -296,7 +341,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         responses=error_responses(401, 403, 429, 404, 409, 413, 422),
     )
     def swap_route(
-        alias: str, body: SwapIn, request: Request, admin: AdminPrincipal, pool: PoolDep
+        alias: str, body: SwapIn, request: Request, admin: OperatorPrincipal, pool: PoolDep
     ) -> SwapOut:
         """Point an alias at a ready version whose files check out."""
         with pool.connection() as conn:
@@ -310,7 +355,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         response_model=SwapOut,
         responses=error_responses(401, 403, 429, 404, 409, 422),
     )
-    def rollback_route(alias: str, request: Request, admin: AdminPrincipal, pool: PoolDep) -> SwapOut:
+    def rollback_route(alias: str, request: Request, admin: OperatorPrincipal, pool: PoolDep) -> SwapOut:
         """Point an alias back at the version it pointed at before."""
         with pool.connection() as conn:
             previous, current = index_admin.rollback(
@@ -324,7 +369,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         responses=error_responses(401, 403, 429, 404, 422),
     )
     async def quality_route(
-        version_id: str, admin: AdminPrincipal, pool: PoolDep, settings: SettingsDep
+        version_id: str, admin: OperatorPrincipal, pool: PoolDep, settings: SettingsDep
     ) -> QualityOut:
         """recall@10 of each shard's ANN index against exact search on a sample of its vectors."""
         with pool.connection() as conn:
@@ -348,7 +393,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         )
 
     @router.post("/index:gc", response_model=GcOut, responses=error_responses(401, 403, 429))
-    def gc_route(admin: AdminPrincipal, pool: PoolDep, settings: SettingsDep) -> GcOut:
+    def gc_route(admin: OperatorPrincipal, pool: PoolDep, settings: SettingsDep) -> GcOut:
         """Delete versions no alias uses nor could roll back to, past the grace period."""
         grace = settings.index.gc_grace_seconds
         with pool.connection() as conn:

@@ -116,8 +116,11 @@ def console(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> 
     assert server.started, "the server did not start"
     with psycopg.connect(pg_url) as conn:
         keys = {
-            "admin": create_key(conn, tenant_id="acme", roles=["admin"], principal_id="user:root").token,
+            "admin": create_key(
+                conn, tenant_id="acme", roles=["admin", "operator"], principal_id="user:root"
+            ).token,
             "ingest": create_key(conn, tenant_id="acme", roles=["ingest"]).token,
+            "tenant_admin": create_key(conn, tenant_id="acme", roles=["admin"], principal_id="user:ta").token,
         }
         principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:alice", groups=["group:hr"])
         principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:bob", groups=["group:eng"])
@@ -195,7 +198,11 @@ def test_sign_in(browser: WebDriver, console: Console) -> None:
     _wait(browser, lambda d: d.execute_script("return document.body.dataset.page") == "search")
     assert not browser.find_element(By.ID, "page-signin").is_displayed()
     assert browser.execute_script("return document.cookie") == ""
-    assert browser.execute_script("return sessionStorage.length") == 1
+    # the key, and the roles /v1/me reported (which pages to show; not a secret)
+    assert browser.execute_script("return sessionStorage.length") == 2
+    assert (
+        browser.execute_script("return sessionStorage.getItem('ragline.console.roles')") == "admin,operator"
+    )
 
 
 def _search_as(browser: WebDriver, principal: str) -> None:
@@ -401,3 +408,19 @@ def test_keys_page_shows_a_new_token_once(browser: WebDriver, console: Console) 
     errors = [e for e in browser.get_log("browser") if "Content Security Policy" in e.get("message", "")]
     assert not errors, errors
     print(f"console screenshots: {sorted(p.name for p in console.shots.iterdir())} in {console.shots}")
+
+
+def test_a_tenant_admin_sees_no_index_page(browser: WebDriver, console: Console) -> None:
+    """The console shows each key only what its roles may do: no Index page (nor the operator
+    role in the key form) for a tenant admin. Runs last: it signs the session out."""
+    browser.find_element(By.ID, "sign-out").click()
+    _fill(browser, "signin-key", console.keys["tenant_admin"])
+    browser.find_element(By.ID, "signin-key").send_keys(Keys.ENTER)
+    _wait(browser, ec.visibility_of_element_located((By.ID, "nav")))
+    assert browser.find_element(By.CSS_SELECTOR, '#nav a[data-page="search"]').is_displayed()
+    assert not browser.find_element(By.CSS_SELECTOR, '#nav a[data-page="index"]').is_displayed()
+    browser.get(browser.current_url.split("#")[0] + "#index")
+    _wait(browser, lambda d: d.execute_script("return document.body.dataset.page") == "search")
+    browser.get(browser.current_url.split("#")[0] + "#keys")
+    _wait(browser, lambda d: d.execute_script("return document.body.dataset.page") == "keys")
+    assert not browser.find_element(By.ID, "k-operator").is_displayed()

@@ -45,6 +45,7 @@ def _groups(db_url: str, principal: str, groups: list[str], tenant: str = "acme"
 def seeded(full_client: TestClient, db_url: str) -> dict[str, str]:
     keys = {
         "admin": make_key(db_url, "acme", ["admin"], principal="user:root"),
+        "operator": make_key(db_url, "operator", ["operator"], principal="service:ops"),
         "ingest": make_key(db_url, "acme", ["ingest"]),
         "query": make_key(db_url, "acme", ["query"], principal="user:bob"),
         "other": make_key(db_url, "globex", ["ingest"]),
@@ -90,10 +91,11 @@ def test_explain_reasons_from_the_catalog(full_client: TestClient, seeded: dict[
     shown = _explain(full_client, admin, external_id="pay", as_principal="user:alice", query="salary bands")
     assert shown.visible and shown.rank == 1 and "in_delta" in shown.reasons and shown.delta_chunks >= 1
     assert _explain(full_client, admin, external_id="gone", as_principal="user:bob").reasons == ["deleted"]
-    assert _explain(full_client, admin, external_id="globex-only", as_principal="user:bob").reasons == [
-        "other_tenant"
-    ]
-    assert _explain(full_client, admin, external_id="nope", as_principal="user:bob").reasons == ["not_found"]
+    # Another tenant's id answers exactly as one that does not exist: no existence oracle.
+    other = _explain(full_client, admin, external_id="globex-only", as_principal="user:bob")
+    nope = _explain(full_client, admin, external_id="nope", as_principal="user:bob")
+    assert nope.reasons == ["not_found"]
+    assert other.model_copy(update={"external_id": "nope"}) == nope
     filtered = _explain(
         full_client,
         admin,
@@ -163,6 +165,38 @@ def test_search_as_principal_with_stage_details(full_client: TestClient, seeded:
     assert r.status_code == 403
 
 
+def test_every_admin_search_is_audited_like_a_retrieve(
+    full_client: TestClient, db_url: str, seeded: dict[str, str]
+) -> None:
+    """Searching as the admin itself or as another principal: each leaves one entry with the
+    actor, the principal searched as, the filters, the chunk ids returned and the version."""
+    admin = seeded["admin"]
+    asked = [
+        {"query": "salary compensation bands", "as_principal": "user:alice", "top_k": 3},
+        {"query": "kitchen", "filters": {"metadata": {"team": ["hr", "eng"]}}, "mode": "lexical"},
+    ]
+    answers = []
+    for body in asked:
+        r = full_client.post("/v1/admin/retrieve", json=body, headers=_auth(admin))
+        assert r.status_code == 200, r.text
+        answers.append(r.json())
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT actor, tenant_id, target, details FROM audit_log WHERE action = 'admin.retrieve'"
+            " ORDER BY seq"
+        ).fetchall()
+    assert len(rows) == len(asked)
+    for (actor, tenant, target, details), body, out in zip(rows, asked, answers, strict=True):
+        searched_as = body.get("as_principal", "user:root")
+        assert actor == "user:root" and tenant == "acme" and target == out["request_id"]
+        assert details["on_behalf_of"] == searched_as
+        assert details["chunk_ids"] == [r["chunk_id"] for r in out["results"]]
+        assert details["index_version"] == out["index_version"]
+        assert details["filters"] == body.get("filters", {})
+        assert details["mode"] == body.get("mode", "hybrid") and details["model"] == out["model"]
+    assert answers[0]["results"]  # alice's search returned something to record
+
+
 def test_keys_principals_and_job_resume(full_client: TestClient, db_url: str, seeded: dict[str, str]) -> None:
     admin = seeded["admin"]
     made = full_client.post(
@@ -210,7 +244,7 @@ def test_keys_principals_and_job_resume(full_client: TestClient, db_url: str, se
 def test_index_swap_rollback_quality_gc(
     full_client: TestClient, db_url: str, tmp_path: Path, seeded: dict[str, str]
 ) -> None:
-    admin = seeded["admin"]
+    admin = seeded["operator"]
     config = factories.rebuild(index_root=tmp_path / "indexes", n_shards=2, flat_max_vectors=1)
     v1, v2 = rebuild(db_url, config), rebuild(db_url, config)
 
@@ -242,7 +276,8 @@ def test_index_swap_rollback_quality_gc(
     assert missing.status_code == 404
     gc = post("/v1/admin/index:gc")
     assert gc["deleted"] == [] and {k["version_id"] for k in gc["kept"]} == {v1, v2}
-    assert full_client.get("/v1/admin/index", headers=_auth(seeded["ingest"])).status_code == 403
+    for tenant_key in ("ingest", "admin"):  # index versions are the operator's, not a tenant's
+        assert full_client.get("/v1/admin/index", headers=_auth(seeded[tenant_key])).status_code == 403
 
 
 def test_console_page_and_assets(foundation_client: TestClient) -> None:

@@ -9,7 +9,7 @@ from tests.integration.api.conftest import make_key
 
 
 def test_an_unloadable_model_is_a_422(full_client: TestClient, db_url: str) -> None:
-    admin = make_key(db_url, "acme", ["admin"])
+    admin = make_key(db_url, "acme", ["operator"])
     for model in ("0", "/nonexistent/model-folder"):
         r = full_client.post(
             "/v1/admin/reembed", json={"model": model}, headers={"Authorization": f"Bearer {admin}"}

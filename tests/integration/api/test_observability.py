@@ -95,7 +95,7 @@ def test_metrics_move_audit_shows_answers_and_status(
     client = observed_client
     ingest = make_key(db_url, TENANT, ["ingest"])
     reader = make_key(db_url, TENANT, ["query"], principal=PRINCIPAL)
-    admin = make_key(db_url, TENANT, ["admin"])
+    admin = make_key(db_url, TENANT, ["admin", "operator"])
     _, before = _scrape(client)
 
     def search(q: str, **extra: object) -> dict:

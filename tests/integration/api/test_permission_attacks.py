@@ -5,11 +5,15 @@ read; the suite counts its checks and requires 0 leaks."""
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
+from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
 
 pytestmark = pytest.mark.integration
@@ -66,6 +70,9 @@ class World:
         self.delegate = {
             t: make_key(db_url, t, ["query"], principal="service:portal", delegate=True) for t in DOCS
         }
+        self.admins = {t: make_key(db_url, t, ["admin"], principal="user:root") for t in DOCS}
+        self.operator = make_key(db_url, "operator", ["operator"], principal="service:ops")
+        self.db_url = db_url
         self.jobs: dict[str, str] = {}
         with psycopg.connect(db_url) as conn:
             principals_repo.replace_groups(
@@ -235,3 +242,169 @@ def test_other_tenants_jobs_and_documents_by_id(world: World) -> None:
     still = world.retrieve(world.readers[("acme", "user:alice")], mode="lexical").json()["results"]
     assert {"handbook", "secret-a"} <= {r["document_external_id"] for r in still}
     assert world.leaks == []
+
+
+def test_a_tenant_admin_cannot_run_the_deployment(world: World, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Index versions, aliases, re-embeds and GC belong to the operator: a tenant admin's key
+    is refused them all (and cannot mint an operator key), and sees only its own tenant's
+    jobs in the status, while the operator sees every tenant's."""
+    from jobs.rebuild_job import rebuild
+
+    config = factories.rebuild(index_root=tmp_path / "indexes", n_shards=1)
+    v1, v2 = rebuild(world.db_url, config), rebuild(world.db_url, config)
+    op = _auth(world.operator)
+    assert (
+        world.client.post(
+            "/v1/admin/index/aliases/live:swap", json={"version_id": v1}, headers=op
+        ).status_code
+        == 200
+    )
+    assert (
+        world.client.post(
+            "/v1/admin/index/aliases/live:swap", json={"version_id": v2}, headers=op
+        ).status_code
+        == 200
+    )
+    with psycopg.connect(world.db_url) as conn:  # a queued acme job no runner has picked up
+        item = jobs_repo.NewItem(external_id="late", mime_type="text/plain", payload=b"A late memo.")
+        acme_queued = str(jobs_repo.create_job(conn, tenant_id="acme", kind="ingest", items=[item]))
+    globex = world.admins["globex"]
+    attempts = [
+        ("POST", "/v1/admin/index/aliases/live:swap", {"version_id": v1}),
+        ("POST", "/v1/admin/index/aliases/live:rollback", None),
+        ("POST", "/v1/admin/index/aliases/junk:swap", {"version_id": v1}),
+        ("POST", f"/v1/admin/index/versions/{v1}:quality", None),
+        ("POST", "/v1/admin/index:gc", None),
+        ("GET", "/v1/admin/index", None),
+        ("POST", "/v1/admin/reembed", {"model": "bundled:all-MiniLM-L6-v2", "shards": 593, "force": True}),
+        ("POST", "/v1/admin/keys", {"roles": ["operator"]}),
+        ("POST", "/v1/admin/keys", {"roles": ["admin", "operator"]}),
+    ]
+    for method, path, body in attempts:
+        resp = world.client.request(method, path, json=body, headers=_auth(globex))
+        world.checks += 1
+        if resp.status_code != 403 or resp.json()["error"]["code"] != "forbidden":
+            world.leaks.append(f"tenant admin {method} {path}: {resp.status_code} {resp.text[:120]}")
+    # An operator key is not a tenant admin either: no tenant's principals, keys or searches.
+    for method, path, body in (
+        ("GET", "/v1/admin/principals", None),
+        ("POST", "/v1/admin/retrieve", {"query": WORDS}),
+        ("POST", "/v1/admin/explain", {"external_id": "secret-a", "as_principal": "user:alice"}),
+        ("POST", "/v1/retrieve", {"query": WORDS}),
+        ("POST", "/v1/admin/keys", {"roles": ["admin"]}),
+    ):
+        resp = world.client.request(method, path, json=body, headers=op)
+        world.checks += 1
+        if resp.status_code != 403:
+            world.leaks.append(f"operator {method} {path}: {resp.status_code} {resp.text[:120]}")
+    # live is where the operator left it.
+    served = world.client.post(
+        "/v1/retrieve", json={"query": WORDS}, headers=_auth(world.readers[("acme", "user:bob")])
+    )
+    assert served.json()["index_version"] == v2
+    # Status: the tenant admin sees its own tenant only, the operator the deployment.
+    mine = world.client.get("/v1/admin/status", headers=_auth(globex)).json()
+    assert mine["scope"] == "tenant" and mine["shards"] == [] and mine["capacity"] is None
+    assert mine["node"] is None and mine["last_rebuild"] is None
+    assert {j["tenant_id"] for j in mine["running_jobs"]} <= {"globex"}
+    assert acme_queued not in {j["job_id"] for j in mine["running_jobs"]} and "acme" not in str(mine)
+    deployment = world.client.get("/v1/admin/status", headers=op).json()
+    assert deployment["scope"] == "deployment" and deployment["shards"]
+    assert acme_queued in {j["job_id"] for j in deployment["running_jobs"]}
+    # The operator may mint another operator key; a tenant admin may not revoke it.
+    made = world.client.post("/v1/admin/keys", json={"roles": ["operator"]}, headers=op)
+    assert made.status_code == 201, made.text
+    key_id = made.json()["key"]["key_id"]
+    refused = world.client.post(f"/v1/admin/keys/{key_id}:revoke", headers=_auth(globex))
+    assert refused.status_code == 404
+    assert world.client.get("/v1/admin/index", headers=_auth(made.json()["token"])).status_code == 200
+    # An operator follows its own tenant's jobs (its re-embeds), never another tenant's.
+    own = world.client.get("/v1/jobs", headers=op)
+    assert own.status_code == 200 and acme_queued not in {j["job_id"] for j in own.json()}
+    assert world.client.get(f"/v1/jobs/{acme_queued}", headers=op).status_code == 404
+    assert world.leaks == [] and world.checks == len(attempts) + 5
+
+
+def test_no_existence_oracle_across_tenants(world: World) -> None:
+    """An id another tenant holds answers exactly as an id nobody holds, in explain and every
+    by-id route; stored chunk ids are keyed, so they cannot be derived from a guessed
+    external id and offsets."""
+    from ingest.hashing import chunk_id
+
+    acme_admin, acme_ingest = _auth(world.admins["acme"]), _auth(world.ingest["acme"])
+    globex_job = world.jobs["globex"]
+    with psycopg.connect(world.db_url) as conn:
+        rows = conn.execute(
+            "SELECT c.chunk_id, d.tenant_id, d.external_id, c.version, c.char_start, c.char_end, c.level"
+            " FROM chunks c JOIN documents d USING (doc_id)"
+        ).fetchall()
+    for cid, tenant, ext, version, start, end, level in rows:
+        world.checks += 1
+        if cid == chunk_id(tenant, ext, version, start, end, level):
+            world.leaks.append(f"chunk id of {tenant}/{ext} derivable without the key")
+    globex_chunk = next(r[0] for r in rows if r[1] == "globex")
+    missing_chunk = "0" * 64
+
+    def explain(**body: str):  # type: ignore[no-untyped-def]
+        return world.client.post(
+            "/v1/admin/explain", json={"as_principal": "user:alice", **body}, headers=acme_admin
+        )
+
+    pairs = [  # (another tenant's id, an id nobody holds, request maker)
+        ("public-g", "nobody-has-this", lambda i: explain(external_id=i)),
+        (globex_chunk, missing_chunk, lambda i: explain(chunk_id=i)),
+        (
+            "public-g",
+            "nobody-has-this",
+            lambda i: world.client.delete(f"/v1/documents/{i}", headers=acme_ingest),
+        ),
+        (
+            "public-g",
+            "nobody-has-this",
+            lambda i: world.client.put(
+                f"/v1/documents/{i}/acl", json={"principals": [], "public": True}, headers=acme_ingest
+            ),
+        ),
+        (globex_job, str(uuid.uuid4()), lambda i: world.client.get(f"/v1/jobs/{i}", headers=acme_ingest)),
+        (
+            globex_job,
+            str(uuid.uuid4()),
+            lambda i: world.client.post(f"/v1/jobs/{i}:cancel", headers=acme_ingest),
+        ),
+        (
+            globex_job,
+            str(uuid.uuid4()),
+            lambda i: world.client.post(f"/v1/jobs/{i}:resume", headers=acme_ingest),
+        ),
+    ]
+    for theirs, nobodys, ask in pairs:
+        a, b = ask(theirs), ask(nobodys)
+        world.checks += 1
+        # request ids differ per call: compare the bodies without them
+        a_body = {k: v for k, v in a.json().items() if k != "request_id"}
+        b_body = {k: v for k, v in b.json().items() if k != "request_id"}
+        if "error" in a_body:
+            a_body["error"] = {k: v for k, v in a_body["error"].items() if k != "request_id"}
+            b_body["error"] = {k: v for k, v in b_body["error"].items() if k != "request_id"}
+        if a.status_code != b.status_code or str(a_body).replace(theirs, nobodys) != str(b_body):
+            world.leaks.append(f"{theirs} answers unlike {nobodys}: {a.text[:160]} / {b.text[:160]}")
+    # The keyed ids keep re-ingesting idempotent: the same content is unchanged, same ids.
+    before = {r[0] for r in rows if r[1] == "acme"}
+    again = {
+        "documents": [
+            {"external_id": ext, "text": f"acme {ext}: {WORDS}.", "acl": acl, "metadata": meta}
+            for ext, acl, meta in DOCS["acme"]
+        ]
+    }
+    job = world.client.post("/v1/documents", json=again, headers=acme_ingest).json()
+    done = wait_job(world.client, world.ingest["acme"], job["job_id"])
+    assert done["documents"]["unchanged"] == len(DOCS["acme"])
+    with psycopg.connect(world.db_url) as conn:
+        after = {
+            r[0]
+            for r in conn.execute(
+                "SELECT c.chunk_id FROM chunks c JOIN documents d USING (doc_id) WHERE d.tenant_id = 'acme'"
+            )
+        }
+    assert after == before
+    assert world.leaks == [] and world.checks == len(rows) + len(pairs)

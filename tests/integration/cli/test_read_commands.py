@@ -90,3 +90,17 @@ def test_index_list_and_show(cli_env: str, capsys: pytest.CaptureFixture[str]) -
     assert code == 0 and json.loads(out)["shard_servers"]["n_servers"] == 2
     code, out, _ = _run(capsys, "index", "capacity", "--shard-servers", "2")
     assert code == 0 and "RAM per shard server" in out
+
+
+def test_keys_create_operator(cli_env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--role operator`` makes a deployment operator key in the operator tenant; tenant roles
+    still need ``--tenant``."""
+    from catalog.principals import get_key
+
+    assert main(["keys", "create", "--role", "operator", "--principal", "service:ops"]) == 0
+    token = capsys.readouterr().out.strip()
+    with psycopg.connect(cli_env) as conn:
+        row = get_key(conn, key_id=token.split("_")[1])
+    assert row is not None and row.roles == ("operator",) and row.tenant_id == "operator"
+    assert main(["keys", "create", "--role", "admin"]) == 2
+    assert "--tenant is required" in capsys.readouterr().err

@@ -51,7 +51,7 @@ def client(db_url: str, tmp_path: Path, embedder, ray_local: None) -> Iterator[T
 def test_reembed_under_writes_and_reads(
     client: TestClient, db_url: str, tmp_path: Path, model_variants_dir: dict[str, Path]
 ) -> None:
-    admin = make_key(db_url, "acme", ["admin"], principal="service:ops")
+    admin = make_key(db_url, "acme", ["admin", "operator"], principal="service:ops")
     reader = make_key(db_url, "acme", ["query"], principal="user:r")
     auth = {"Authorization": f"Bearer {admin}"}
     docs = [{"external_id": f"p{i}", "text": _text(i, f"old{i}"), "acl": {"public": True}} for i in range(8)]

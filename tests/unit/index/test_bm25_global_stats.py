@@ -71,3 +71,27 @@ def test_a_fresh_document_ranks_as_after_a_rebuild() -> None:
     )
     assert [r for r, _ in fresh] == [r for r, _ in rebuilt]
     assert rebuilt[0][0] == 8  # the fresh runbook with the query's exact words comes first
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_statistics_within_a_mask_score_like_that_subset_alone(query: str) -> None:
+    """``stats(within=)`` counts only the masked documents (one tenant's): a mixed shard
+    scores them exactly as a shard of theirs alone would, whatever the others contain."""
+    mine = OLD[:5] + NEW
+    theirs = ["pump pump pump bearing valve", "north hall gearbox lubrication", "valve valve pressure"]
+    texts = mine[:3] + theirs + mine[3:]
+    rows = np.arange(len(texts))
+    within = np.array([not (3 <= i < 6) for i in range(len(texts))])
+    mixed = LexicalShard.build(texts, rows, TOK)
+    alone_rows = rows[within]
+    alone = LexicalShard.build(mine, alone_rows, TOK)
+    stats = mixed.stats(query, within=within)
+    reference = _scores([(alone, alone_rows)], query)
+    scores, pos = mixed.search(query, 100, allowed=within, stats=stats)
+    got = {int(rows[p]): float(s) for s, p in zip(scores, pos, strict=True)}
+    assert got.keys() == reference.keys() and reference
+    for row, score in reference.items():
+        assert got[row] == pytest.approx(score, rel=1e-5), (row, query)
+    assert stats.n_docs == int(within.sum())
+    with pytest.raises(Exception, match="within"):
+        mixed.stats(query, within=within[:-1])

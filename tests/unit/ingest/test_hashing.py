@@ -35,3 +35,12 @@ def test_chunk_id_is_deterministic_and_field_sensitive() -> None:
     }
     assert chunk_id(*args) not in variants
     assert len(variants) == 7
+
+
+def test_a_keyed_chunk_id_is_not_derivable_without_the_key() -> None:
+    args = ("tenant", "doc-1", 3, 10, 50, 0)
+    key, other = b"k" * 32, b"j" * 32
+    keyed = chunk_id(*args, key=key)
+    assert keyed == chunk_id(*args, key=key) and len(keyed) == 64  # still an idempotent id
+    assert keyed != chunk_id(*args) and keyed != chunk_id(*args, key=other)
+    assert chunk_id("tenant", "doc-1", 3, 10, 51, 0, key=key) != keyed

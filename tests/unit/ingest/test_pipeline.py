@@ -86,9 +86,9 @@ def test_embed_is_one_call_split_back_per_document() -> None:
 def test_with_version_rederives_ids_and_parent_links() -> None:
     out = _prepare(_source("# Title\n\n" + "word " * 80))
     assert isinstance(out, Prepared)
-    v2 = with_version(out.chunks, tenant_id="t1", external_id="doc", version=2)
+    v2 = with_version(out.chunks, tenant_id="t1", external_id="doc", version=2, key=b"k" * 32)
     ids = {c.chunk_id for c in v2}
     assert ids.isdisjoint(c.chunk_id for c in out.chunks)
     assert any(c.parent_id for c in v2)
     assert all(c.parent_id is None or c.parent_id in ids for c in v2)
-    assert with_version(out.chunks, tenant_id="t1", external_id="doc", version=2) == v2
+    assert with_version(out.chunks, tenant_id="t1", external_id="doc", version=2, key=b"k" * 32) == v2

@@ -1,0 +1,116 @@
+"""Purging what deleted and superseded document versions left in the catalog: chunk text,
+vectors, stored parsed text, and the payloads of jobs that will not run again.
+
+A hidden version is already invisible to every search (visibility is decided by the
+document row); purging removes its bytes. Rows of the version stay in ``document_versions``
+(sizes and a content hash, no text) so version numbers are never reused: an index version
+built before the purge may still name the old rows, and those must never match a new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeCounts:
+    versions: int = 0  # document versions whose chunks and parsed text were removed
+    chunks: int = 0  # chunk rows removed (their vectors and tombstones with them)
+    documents: int = 0  # deleted documents whose title, metadata and ACL were cleared
+    job_payloads: int = 0  # job items whose payload, title and metadata were dropped
+
+    def __add__(self, other: PurgeCounts) -> PurgeCounts:
+        return PurgeCounts(
+            self.versions + other.versions,
+            self.chunks + other.chunks,
+            self.documents + other.documents,
+            self.job_payloads + other.job_payloads,
+        )
+
+    @property
+    def any(self) -> bool:
+        return bool(self.versions or self.chunks or self.documents or self.job_payloads)
+
+
+# Hidden versions: every version of a deleted document, every non-current version of a live one.
+_HIDDEN = (
+    "SELECT DISTINCT c.doc_id, c.version FROM tombstones t JOIN chunks c ON c.chunk_row = t.chunk_row"
+    " JOIN documents d ON d.doc_id = c.doc_id"
+    " WHERE (d.state = 'deleted' OR d.current_version IS DISTINCT FROM c.version)"
+)
+
+
+def purge_hidden(conn: psycopg.Connection, *, older_than_seconds: float, limit: int = 1000) -> PurgeCounts:
+    """Purge up to ``limit`` versions hidden for longer than ``older_than_seconds``."""
+    rows = conn.execute(
+        _HIDDEN + " AND t.created_at < now() - make_interval(secs => %s) LIMIT %s",
+        (older_than_seconds, limit),
+    ).fetchall()
+    return _purge_versions(conn, [(int(d), int(v)) for d, v in rows])
+
+
+def purge_document(conn: psycopg.Connection, *, doc_id: int) -> PurgeCounts:
+    """Purge every hidden version of one (deleted) document now, whatever its age."""
+    rows = conn.execute(_HIDDEN + " AND c.doc_id = %s", (doc_id,)).fetchall()
+    counts = _purge_versions(conn, [(int(d), int(v)) for d, v in rows])
+    # Finished items of any job that carried the document (their payload is already gone).
+    items = conn.execute(
+        "UPDATE job_items SET payload = NULL, title = NULL, metadata = '{}'::jsonb WHERE doc_id = %s"
+        " AND (payload IS NOT NULL OR title IS NOT NULL OR metadata <> '{}'::jsonb)",
+        (doc_id,),
+    ).rowcount
+    return counts + PurgeCounts(job_payloads=items)
+
+
+def _purge_versions(conn: psycopg.Connection, versions: list[tuple[int, int]]) -> PurgeCounts:
+    if not versions:
+        return PurgeCounts()
+    doc_ids = [d for d, _ in versions]
+    numbers = [v for _, v in versions]
+    pairs = "SELECT * FROM unnest(%s::bigint[], %s::integer[]) AS p(doc_id, version)"
+    # Parents reference leaves' rows and vice versa within one version: one statement for both.
+    chunks = conn.execute(
+        f"DELETE FROM chunks WHERE (doc_id, version) IN ({pairs})", (doc_ids, numbers)
+    ).rowcount
+    conn.execute(f"DELETE FROM document_texts WHERE (doc_id, version) IN ({pairs})", (doc_ids, numbers))
+    conn.execute(
+        "UPDATE job_items SET title = NULL, metadata = '{}'::jsonb"
+        f" WHERE (doc_id, version) IN ({pairs}) AND state <> 'pending'",
+        (doc_ids, numbers),
+    )
+    documents = conn.execute(
+        "UPDATE documents SET title = NULL, metadata = '{}'::jsonb, source = NULL, acl_principals = '{}',"
+        " acl_public = false WHERE doc_id = ANY(%s) AND state = 'deleted'"
+        " AND (title IS NOT NULL OR metadata <> '{}'::jsonb OR source IS NOT NULL OR acl_principals <> '{}')",
+        (sorted(set(doc_ids)),),
+    ).rowcount
+    if chunks:
+        conn.execute(
+            "INSERT INTO purge_state (last_purged_at) VALUES (now())"
+            " ON CONFLICT (singleton) DO UPDATE SET last_purged_at = EXCLUDED.last_purged_at"
+        )
+    return PurgeCounts(versions=len(versions), chunks=chunks, documents=documents)
+
+
+def purged_since(conn: psycopg.Connection, *, version_id: str) -> bool:
+    """Whether chunk text was purged after ``version_id`` started building (its files may
+    hold it)."""
+    row = conn.execute(
+        "SELECT 1 FROM purge_state p JOIN index_versions v ON v.version_id = %s"
+        " WHERE p.last_purged_at > v.created_at",
+        (version_id,),
+    ).fetchone()
+    return row is not None
+
+
+def drop_stale_payloads(conn: psycopg.Connection, *, older_than_seconds: float) -> int:
+    """Drop the payloads of cancelled and failed jobs finished longer ago than
+    ``older_than_seconds`` (their resume window): a resumed item then fails as empty."""
+    return conn.execute(
+        "UPDATE job_items i SET payload = NULL FROM jobs j WHERE j.job_id = i.job_id"
+        " AND i.payload IS NOT NULL AND j.state IN ('cancelled', 'failed', 'partially_failed')"
+        " AND j.finished_at < now() - make_interval(secs => %s)",
+        (older_than_seconds,),
+    ).rowcount

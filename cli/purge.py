@@ -1,0 +1,67 @@
+"""``ragline purge``: erase one document now (an erasure request), audited."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from core.settings import get_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    purge = sub.add_parser(
+        "purge",
+        help="delete a document and purge its text, vectors and parsed text now; rebuild live without it",
+    )
+    purge.add_argument("--tenant", required=True)
+    purge.add_argument("--external-id", required=True)
+    purge.add_argument(
+        "--no-rebuild",
+        action="store_true",
+        help="leave the index files to the next maintenance tick (it rebuilds a live version"
+        " older than the purge)",
+    )
+    purge.add_argument("--json", action="store_true", help="print the result as JSON")
+    purge.set_defaults(handler=_purge)
+
+
+def _purge(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from catalog.connect import migrated_url
+    from jobs.purge import erase_document
+    from wiring import rebuild_config
+    from wiring.index import LIVE_ALIAS
+
+    settings = get_settings()
+    url = migrated_url(settings)
+    with psycopg.connect(url, autocommit=True) as conn:
+        done = erase_document(
+            conn,
+            url,
+            None if args.no_rebuild else rebuild_config(settings),
+            tenant_id=args.tenant,
+            external_id=args.external_id,
+            alias=LIVE_ALIAS,
+            actor="cli",
+        )
+    out = {
+        "external_id": done.external_id,
+        "deleted_now": done.deleted_now,
+        "versions": done.counts.versions,
+        "chunks": done.counts.chunks,
+        "job_items": done.counts.job_payloads,
+        "rebuilt": done.rebuilt,
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            f"purged {out['external_id']}: {out['versions']} versions, {out['chunks']} chunks"
+            + (
+                f"; {LIVE_ALIAS} now serves {done.rebuilt} (older versions go at the next GC)"
+                if done.rebuilt
+                else ""
+            )
+        )
+    return 0
