@@ -27,6 +27,27 @@ def _write(target: str, *keys: str, optional: tuple[str, ...] = ()) -> Shape:
     return Shape(target, frozenset((*keys, "via")), frozenset(optional))
 
 
+# A search's entry (the retrieve observer writes it, off the request path).
+_RETRIEVE = Shape(
+    "request id",
+    frozenset(
+        {
+            "key_id",
+            "on_behalf_of",
+            "mode",
+            "top_k",
+            "filters",
+            "chunk_ids",
+            "index_version",
+            "model",
+            "catalog_position",
+            "latency_ms",
+            "degraded",
+        }
+    ),
+    frozenset({"query"}),
+)
+
 # Every action the log holds, one shape each, whichever path (API route, CLI command,
 # console, connector, maintenance tick) wrote it: ``record`` refuses anything else, so a new
 # write path cannot invent its own names or fields. Add a row here with a new action.
@@ -65,25 +86,11 @@ ACTIONS: Mapping[str, Shape] = {
     "console.search_as": _write("principal id"),
     "console.explain": _write("principal id"),
     "schema.migrate": Shape("migration", frozenset({"checksum"})),
-    "retrieve": Shape(
-        "request id",
-        frozenset(
-            {
-                "key_id",
-                "on_behalf_of",
-                "mode",
-                "top_k",
-                "filters",
-                "chunk_ids",
-                "index_version",
-                "model",
-                "catalog_position",
-                "latency_ms",
-                "degraded",
-            }
-        ),
-        frozenset({"query"}),
-    ),
+    "document.purge": _write("external id", "deleted_now", "versions", "chunks", "job_items"),
+    "retention.purge": _write("", "versions", "chunks", "documents", "job_payloads"),
+    "retrieve": _RETRIEVE,
+    # Every console search (POST /v1/admin/retrieve), searched as anyone, the admin included.
+    "admin.retrieve": _RETRIEVE,
 }
 
 

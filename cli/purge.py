@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from cli.output import operator
 from core.settings import get_settings
 
 
@@ -43,7 +44,7 @@ def _purge(args: argparse.Namespace) -> int:
             tenant_id=args.tenant,
             external_id=args.external_id,
             alias=LIVE_ALIAS,
-            actor="cli",
+            actor=operator(),
         )
     out = {
         "external_id": done.external_id,

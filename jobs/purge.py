@@ -68,6 +68,7 @@ def erase_document(
                 "versions": counts.versions,
                 "chunks": counts.chunks,
                 "job_items": counts.job_payloads,
+                "via": "cli",
             },
         )
     rebuilt = None

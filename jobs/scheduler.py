@@ -115,6 +115,7 @@ def purge_expired(conn: psycopg.Connection, *, older_than_seconds: float, actor:
                     "chunks": counts.chunks,
                     "documents": counts.documents,
                     "job_payloads": counts.job_payloads,
+                    "via": "scheduler",
                 },
             )
     if counts.any:
