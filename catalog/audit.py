@@ -63,6 +63,8 @@ ACTIONS: Mapping[str, Shape] = {
     "index.rebuild": _write("version id", "model", "shards", "chunks", "reasons"),
     "index.swap": _write("alias", "from", "to", "reasons"),
     "index.gc": _write("deleted version ids", "deleted"),
+    # A purge rebuilt the alias: its rollback target's files still hold the purged text.
+    "index.forget_rollback": _write("alias", "version", "reason"),
     "reembed.start": _write(
         "model",
         "job_id",

@@ -92,7 +92,7 @@ def rebuild_and_forget(
             actor=actor,
             action="index.forget_rollback",
             target=alias,
-            details={"version": forgotten, "reason": "its files hold purged text"},
+            details={"version": forgotten, "reason": "its files hold purged text", "via": "scheduler"},
         )
     return built
 
