@@ -31,6 +31,7 @@ class NewItem:
     payload: bytes | None = None
     payload_path: str | None = None
     byte_size: int = 0
+    connector: str | None = None  # the connector that pushed it (None: a plain push)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class ItemRow:
     chunks: int
     pages: int
     warnings: tuple[str, ...]
+    connector: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,7 @@ _JOB_COLUMNS = (
 )
 _ITEM_COLUMNS = (
     "job_id, item_no, external_id, mime_type, title, metadata, acl_principals, acl_public, payload_path,"
-    " byte_size, state, error_code, error_message, doc_id, version, chunks, pages, warnings"
+    " byte_size, state, error_code, error_message, doc_id, version, chunks, pages, warnings, connector"
 )
 
 
@@ -125,7 +127,7 @@ def create_job(
         conn.cursor() as cur,
         cur.copy(
             "COPY job_items (job_id, item_no, external_id, mime_type, title, metadata, acl_principals,"
-            " acl_public, payload, payload_path, byte_size) FROM STDIN"
+            " acl_public, payload, payload_path, byte_size, connector) FROM STDIN"
         ) as copy,
     ):
         for no, it in enumerate(items):
@@ -142,6 +144,7 @@ def create_job(
                     it.payload,
                     it.payload_path,
                     it.byte_size,
+                    it.connector,
                 )
             )
     return job_id

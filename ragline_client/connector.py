@@ -5,6 +5,11 @@ A connector says what its source holds (``list_items``: ids, content fingerprint
 and how to read one item (``load``); ``Syncer`` does the rest: compares with the recorded
 state, pushes what is new or changed, updates ACLs that alone changed, deletes what vanished,
 syncs group memberships, and records every step the server acknowledged.
+
+Every call goes under the connector's name, and the server holds a connector to its own
+documents: a push over an id another connector wrote is rejected for that document
+(``owned_by_other_connector``), and deletes and ACL changes touch only its own documents,
+so two connectors whose sources share an id never delete or overwrite each other's.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ class Listing:
 
 
 class Connector(ABC):
-    """Subclass with a ``name`` (unique per tenant), ``list_items`` and ``load``."""
+    """Subclass with a ``name`` (unique per tenant), ``list_items`` and ``load``. The name
+    is also the owner the server records on every document the connector pushes."""
 
     name: str
 
@@ -116,11 +122,14 @@ class SyncReport:
             "pushed": self.pushed,
             "unchanged": self.unchanged,
             "deleted": self.deleted,
+            "acl_updated": self.acl_updated,
             "failed": self.failed,
         }
 
 
 Progress = Callable[[int, int], None]
+# The server's answer to a delete or ACL change of a document another writer holds.
+NOT_OWNER = "not_owned_by_connector"
 
 
 class Syncer:
@@ -204,6 +213,7 @@ class Syncer:
                         title=doc.title,
                         metadata=doc.metadata,
                         acl=doc.acl,
+                        connector=self.connector.name,
                     )
                     job_ids += [answer.job_id] if answer.job_id else []
                     sent[item.external_id] = item
@@ -213,7 +223,7 @@ class Syncer:
                 self._fail(report, item.external_id, f"{type(exc).__name__}: {exc}")
                 tick(1, 0)
         if inline:
-            result = self.client.push([doc for _, doc in inline])
+            result = self.client.push([doc for _, doc in inline], connector=self.connector.name)
             rejected = {r.index: r for r in result.rejections}
             for index, (item, _) in enumerate(inline):
                 if index in rejected:
@@ -237,7 +247,9 @@ class Syncer:
             seen = {"docs": 0, "chunks": 0}
 
             def on_progress(job: JobOut, seen: dict[str, int] = seen) -> None:
-                docs = job.documents.done + job.documents.unchanged
+                # ``done`` counts every finished item, unchanged and failed ones included:
+                # each document ticks once, so the count never passes the plan's total.
+                docs = job.documents.done
                 tick(docs - seen["docs"], job.chunks - seen["chunks"])
                 seen["docs"], seen["chunks"] = docs, job.chunks
 
@@ -250,12 +262,13 @@ class Syncer:
             for error in job.errors:
                 failed.add(error.external_id)
                 self._fail(report, error.external_id, f"{error.code}: {error.message}")
-            tick(len(job.errors), 0)
         return failed
 
     def _set_acl(self, item: Item, report: SyncReport) -> None:
         try:
-            self.client.set_acl(item.external_id, item.acl.principals, public=item.acl.public)
+            self.client.set_acl(
+                item.external_id, item.acl.principals, public=item.acl.public, connector=self.connector.name
+            )
         except RaglineError as exc:
             self._fail(report, item.external_id, str(exc))
             return
@@ -264,8 +277,12 @@ class Syncer:
 
     def _delete(self, external_id: str, report: SyncReport) -> None:
         try:
-            self.client.delete(external_id)
+            self.client.delete(external_id, connector=self.connector.name)
         except RaglineError as exc:
+            if exc.code == NOT_OWNER:
+                # Another writer holds the id now: not this connector's to delete; forget it.
+                self._save(ConnectorStateUpdate(remove_documents=[external_id]))
+                return
             # Gone already (deleted by hand, or acknowledged before a crash): the goal holds.
             if exc.code != "not_found":
                 self._fail(report, external_id, str(exc))

@@ -84,7 +84,7 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
             f"{site.url}/sitemap.xml", name="site", acl=AclIn(public=True), http=http
         )
         assert Syncer(client, connector).run().summary() == {
-            "pushed": 3, "unchanged": 0, "deleted": 0, "failed": 0
+            "pushed": 3, "unchanged": 0, "deleted": 0, "acl_updated": 0, "failed": 0
         }  # fmt: skip
         site.hits.clear()
         assert Syncer(client, connector).run().pushed == 0
@@ -94,7 +94,7 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
         site.pages["/vpn.html"] = ("text/html", b"<h1>VPN</h1><p>Use the new openvpn profile instead.</p>")
         site.sitemap({"/vpn.html": "2026-02-01", "/faq.txt": None})  # parking dropped
         report = Syncer(client, connector).run()
-        assert report.summary() == {"pushed": 1, "unchanged": 1, "deleted": 1, "failed": 0}
+        assert report.summary() == {"pushed": 1, "unchanged": 1, "deleted": 1, "acl_updated": 0, "failed": 0}
         assert live_server.versions(f"{site.url}/vpn.html") == 2
         hits = [r.document_external_id for r in reader.retrieve("where do visitors park").results]
         assert f"{site.url}/parking.html" not in hits
