@@ -53,12 +53,15 @@ class FileDocument:
 class Listing:
     """What ``list_items`` found. ``complete``: ``items`` is the whole source, so a recorded
     item missing from it was deleted; a change feed (``complete=False``) names its deletions
-    in ``deleted`` instead. ``cursor`` is saved once the run has applied the listing."""
+    in ``deleted`` instead. ``cursor`` is saved once the run has applied the listing.
+    ``failed``: ids (or source locations) that could not be read this run, with why; each
+    counts as failed, and none of them is deleted for being missing from ``items``."""
 
     items: Sequence[Item]
     cursor: str | None = None
     complete: bool = True
     deleted: Sequence[str] = ()
+    failed: Mapping[str, str] = field(default_factory=dict)
 
 
 class Connector(ABC):
@@ -100,6 +103,7 @@ class SyncPlan:
     groups: dict[str, list[str]]
     remove_groups: list[str]
     cursor: str | None
+    failed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -116,6 +120,8 @@ class SyncReport:
     groups_synced: int = 0
     job_ids: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    # Pushed documents the server warned about, such as ``no_readers`` (an ACL naming nobody).
+    warnings: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, int]:
         return {
@@ -162,7 +168,7 @@ class Syncer:
             else:
                 unchanged += 1
         if listing.complete:
-            delete = sorted(set(state.documents) - listed)
+            delete = sorted(set(state.documents) - listed - set(listing.failed))
         else:
             delete = sorted(set(listing.deleted) & set(state.documents))
         desired = self.connector.groups()
@@ -172,7 +178,9 @@ class Syncer:
             wanted = {p: sorted(set(g)) for p, g in desired.items()}
             groups = {p: g for p, g in wanted.items() if state.groups.get(p) != _digest(g)}
             remove_groups = sorted(set(state.groups) - set(wanted))
-        return SyncPlan(push, acl, delete, unchanged, groups, remove_groups, listing.cursor)
+        return SyncPlan(
+            push, acl, delete, unchanged, groups, remove_groups, listing.cursor, dict(listing.failed)
+        )
 
     def run(self, progress: Progress | None = None) -> SyncReport:
         return self.apply(self.plan(), progress)
@@ -180,6 +188,8 @@ class Syncer:
     def apply(self, plan: SyncPlan, progress: Progress | None = None) -> SyncReport:
         """Carry out ``plan``, recording each acknowledged step; ``progress(items, chunks)``."""
         report = SyncReport(unchanged=plan.unchanged)
+        for source_id, message in plan.failed.items():
+            self._fail(report, source_id, message)
         tick: Progress = progress or (lambda _items, _chunks: None)
         batch_size = self.client.me().limits.max_batch_documents
         for start in range(0, len(plan.push), batch_size):
@@ -216,10 +226,11 @@ class Syncer:
                         connector=self.connector.name,
                     )
                     job_ids += [answer.job_id] if answer.job_id else []
+                    report.warnings |= {w.external_id: f"{w.code}: {w.message}" for w in answer.warnings}
                     sent[item.external_id] = item
                 else:
                     inline.append((item, doc))
-            except (OSError, ValueError, RaglineError) as exc:
+            except Exception as exc:  # load's contract: whatever it raises fails this item alone
                 self._fail(report, item.external_id, f"{type(exc).__name__}: {exc}")
                 tick(1, 0)
         if inline:
@@ -231,6 +242,7 @@ class Syncer:
                     tick(1, 0)
                 else:
                     sent[item.external_id] = item
+            report.warnings |= {w.external_id: f"{w.code}: {w.message}" for w in result.warnings}
             job_ids += result.job_ids
         report.job_ids += job_ids
         failed = self._await(job_ids, report, tick) if self.wait else set()

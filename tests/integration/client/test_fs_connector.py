@@ -31,6 +31,11 @@ FILES = {
     "hr/pay.txt": "Confidential salary bands for the engineering ladder.\n",
 }
 ACL_MAP = {"hr/*": {"principals": ["group:hr"]}, "*": {"public": True}}
+SKIPPED = {"hidden": 0, "excluded": 0, "unsupported": 1}  # notes.bin
+
+
+def _counts(*, pushed: int = 0, unchanged: int = 0, deleted: int = 0) -> dict[str, int]:
+    return {"pushed": pushed, "unchanged": unchanged, "deleted": deleted, "acl_updated": 0, "failed": 0}
 
 
 def _tree(root: Path) -> Path:
@@ -184,7 +189,9 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         "pushed": 4,
         "unchanged": 0,
         "deleted": 0,
+        "acl_updated": 0,
         "failed": 0,
+        "skipped": SKIPPED,
     }
     wrong = run("--tenant", "globex", "--json")
     assert wrong.returncode == 2 and "tenant acme" in wrong.stderr
@@ -198,11 +205,11 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         text=True,
     )
     try:
-        assert json.loads(watch.stdout.readline()) == {"pushed": 0, "unchanged": 4, "deleted": 0, "acl_updated": 0, "failed": 0}
+        assert json.loads(watch.stdout.readline()) == {**_counts(unchanged=4), "skipped": SKIPPED}
         time.sleep(0.5)  # the watcher is set up right after the first sync prints
         (root / "new.md").write_text("# Parking\n\nVisitors park on level two of the garage.\n")
         line = watch.stdout.readline()
-        assert json.loads(line) == {"pushed": 1, "unchanged": 4, "deleted": 0, "acl_updated": 0, "failed": 0}, line
+        assert json.loads(line) == {**_counts(pushed=1, unchanged=4), "skipped": SKIPPED}, line
     finally:
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=30)
@@ -223,7 +230,7 @@ def test_readme_connector_example_runs(live_server: LiveServer, capsys: pytest.C
         compile(code, "README.md", "exec"),
         {"fetch_pages": lambda: pages, "ingest_key": live_server.key("ingest")},
     )
-    assert "{'pushed': 2, 'unchanged': 0, 'deleted': 0, 'acl_updated': 0, 'failed': 0}" in capsys.readouterr().out
+    assert str(_counts(pushed=2)) in capsys.readouterr().out
 
 
 def test_large_files_go_as_uploads(
