@@ -155,3 +155,17 @@ def test_id_prefix_lets_two_folders_with_the_same_paths_share_a_tenant(
     run = _cli(live_server, key, str(tmp_path / "b"), "--acl-map", str(rules), "--id-prefix", "b/", "--json")
     assert json.loads(run.stdout.strip().splitlines()[-1])["deleted"] == 1
     assert _ids(reader, "mobile app")[0] == "a/readme.txt"
+
+
+def test_a_document_pushed_without_readers_is_warned_about(live_server: LiveServer, tmp_path: Path) -> None:
+    root = tmp_path / "share"
+    root.mkdir()
+    (root / "open.md").write_text("# Open\n\nFor everyone.\n")
+    (root / "locked.md").write_text("# Locked\n\nFor nobody, by mistake.\n")
+    (tmp_path / "map.json").write_text(json.dumps({"locked.md": {"principals": []}, "*": {"public": True}}))
+    client = Client(live_server.url, live_server.key("ingest"))
+    report = Syncer(client, FsConnector(root, name="fs-w", acl_map=AclMap.load(tmp_path / "map.json"))).run()
+    assert report.pushed == 2
+    assert list(report.warnings) == ["locked.md"] and "no_readers" in report.warnings["locked.md"]
+    direct = client.push([{"external_id": "x", "text": "No readers either."}])
+    assert [(w.index, w.code) for w in direct.warnings] == [(0, "no_readers")]
