@@ -282,6 +282,10 @@ class Syncer:
                 item.external_id, item.acl.principals, public=item.acl.public, connector=self.connector.name
             )
         except RaglineError as exc:
+            if exc.code == NOT_OWNER:
+                # Not this connector's document (any more): forget it, so the next run pushes
+                # it, which claims it if unowned or names the connector that owns it.
+                self._save(ConnectorStateUpdate(remove_documents=[item.external_id]))
             self._fail(report, item.external_id, str(exc))
             return
         self._save(ConnectorStateUpdate(set_documents={item.external_id: _recorded(item)}))

@@ -5,6 +5,7 @@ document another connector wrote, while plain API pushes work as before."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -59,7 +60,6 @@ def test_two_folders_with_overlapping_paths_never_delete_each_other(
     conn_b = FsConnector(b, name="fs-b", acl_map=rules)
 
     assert Syncer(client, conn_a).run().summary()["pushed"] == 2
-    assert _owner(live_server, "readme.txt") == "fs-a"
     # B's readme.txt would overwrite A's: refused for that document, the rest goes in.
     second = Syncer(client, conn_b).run()
     assert (second.pushed, second.failed) == (1, 1)
@@ -67,6 +67,15 @@ def test_two_folders_with_overlapping_paths_never_delete_each_other(
     assert "fs-a" in second.errors["readme.txt"]
     assert "readme.txt" not in client.connector_state("fs-b").documents
     assert _ids(reader, "alpha deploys Tuesdays freeze review")[0] == "readme.txt"
+
+    # A state claiming A's id with another ACL: B's ACL change is refused and B forgets the id.
+    digest = hashlib.sha256(B_README.encode()).hexdigest()
+    client.save_connector_state(
+        "fs-b", ConnectorStateUpdate(set_documents={"readme.txt": f"sha256:{digest}|acl:x"})
+    )
+    acl = Syncer(client, conn_b).run()
+    assert (acl.acl_updated, acl.failed) == (0, 1) and "not_owned_by_connector" in acl.errors["readme.txt"]
+    assert "readme.txt" not in client.connector_state("fs-b").documents
 
     # The reported defect: B's file goes; B's sync must not delete A's document.
     (b / "readme.txt").unlink()
@@ -85,6 +94,7 @@ def test_two_folders_with_overlapping_paths_never_delete_each_other(
     assert _ids(reader, "alpha deploys Tuesdays freeze review")[0] == "readme.txt"
     assert "alpha.md" in _ids(reader, "alpha escalations on-call lead")
     assert "beta.md" not in _ids(reader, "beta incidents blue board")
+    assert _owner(live_server, "readme.txt") == "fs-a"
     assert Syncer(client, conn_a).run().summary() == {
         "pushed": 0,
         "unchanged": 2,
@@ -138,6 +148,16 @@ def test_server_refuses_a_connector_touching_another_connectors_document(live_se
     assert live_server.versions("shared.txt") == 2 and _owner(live_server, "shared.txt") == "fs-a"
     assert client.delete("shared.txt", connector="fs-a").deleted
     assert "shared.txt" not in _ids(reader, "edited by hand")
+
+    # A document a plain push wrote is unowned: the first connector to push it claims it
+    # (content unchanged or not), and from then on it is that connector's alone.
+    manual = DocumentIn(external_id="manual.txt", text="Pushed by hand first.", acl=AclIn(public=True))
+    client.wait(client.push([manual]).job_ids[0], timeout=120)
+    assert _owner(live_server, "manual.txt") is None
+    claim = client.push([manual], connector="fs-b")
+    assert client.wait(claim.job_ids[0], timeout=120).documents.unchanged == 1
+    assert _owner(live_server, "manual.txt") == "fs-b"
+    assert client.push([manual], connector="fs-a").rejections[0].code == "owned_by_other_connector"
 
 
 def test_the_job_checks_ownership_again_under_the_row_lock(live_server: LiveServer) -> None:
