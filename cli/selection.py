@@ -27,7 +27,10 @@ def add_file_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def file_filter(args: argparse.Namespace) -> FileFilter:
-    return FileFilter(include=tuple(args.include), exclude=tuple(args.exclude))
+    # Callers that build their own Namespace (``make run``'s sample ingest) may leave both out.
+    return FileFilter(
+        include=tuple(getattr(args, "include", ())), exclude=tuple(getattr(args, "exclude", ()))
+    )
 
 
 def _names(paths: Sequence[Path], roots: Sequence[Path]) -> str:
