@@ -37,7 +37,8 @@ class DocumentRow:
     state: str
     created_at: datetime
     updated_at: datetime
-    # The connector that wrote the current version; None for a plain push or ``ragline ingest``.
+    # The connector that owns it (created or claimed it); None: written by plain pushes or
+    # ``ragline ingest`` only. See "connector ownership" below.
     connector: str | None = None
 
 
@@ -283,9 +284,10 @@ def update_acl_if_changed(conn: psycopg.Connection, *, doc: DocumentRow, acl: Ac
 
 
 # --- connector ownership -----------------------------------------------------------------------
-# A connector writes only documents that are new, deleted, unowned or its own, and deletes or
-# re-ACLs only its own; a plain push (connector None) may write any document, as before
-# connectors recorded themselves, and leaves it unowned.
+# A connector writes only documents that are new, deleted, unowned or its own (and owns them
+# from then on), and deletes or re-ACLs only its own. A plain push (connector None) may write
+# any document, as before connectors recorded themselves: it leaves a live document's owner as
+# it is, and a new or deleted one unowned.
 
 FOREIGN_CODE = "owned_by_other_connector"
 NOT_OWNER_CODE = "not_owned_by_connector"
@@ -318,7 +320,7 @@ def foreign_documents(
 
 
 def set_connector(conn: psycopg.Connection, *, doc_id: int, connector: str | None) -> None:
-    """Record who wrote the document's current version (a push that found it unchanged too)."""
+    """Record the document's owner (also on a push that found its content unchanged)."""
     conn.execute(
         "UPDATE documents SET connector = %s WHERE doc_id = %s AND connector IS DISTINCT FROM %s",
         (connector, doc_id, connector),

@@ -1,9 +1,9 @@
--- The connector that wrote a document's current version (NULL: a plain API push or
--- `ragline ingest`). A connector may write only documents that are new, deleted, unowned or
--- its own, and may delete or re-ACL only its own, so two connectors whose sources share an
--- external id (two folders that both hold readme.txt) can never delete or overwrite each
--- other's documents. job_items carries the pushing connector to the job's commit, which
--- checks again under the document's row lock.
+-- The connector that owns a document: the one that created it, or claimed it while it was
+-- unowned (NULL: written by plain API pushes or `ragline ingest` only). A connector may write
+-- only documents that are new, deleted, unowned or its own, and may delete or re-ACL only its
+-- own, so two connectors whose sources share an external id (two folders that both hold
+-- readme.txt) can never delete or overwrite each other's documents. job_items carries the
+-- pushing connector to the job's commit, which checks again under the document's row lock.
 ALTER TABLE documents ADD COLUMN connector text;
 ALTER TABLE job_items ADD COLUMN connector text;
 
