@@ -129,6 +129,7 @@ class SyncReport:
             "unchanged": self.unchanged,
             "deleted": self.deleted,
             "acl_updated": self.acl_updated,
+            "groups_synced": self.groups_synced,
             "failed": self.failed,
         }
 

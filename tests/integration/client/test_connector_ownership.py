@@ -100,6 +100,7 @@ def test_two_folders_with_overlapping_paths_never_delete_each_other(
         "unchanged": 2,
         "deleted": 0,
         "acl_updated": 0,
+        "groups_synced": 0,
         "failed": 0,
     }
 

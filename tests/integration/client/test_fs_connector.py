@@ -35,7 +35,14 @@ SKIPPED = {"hidden": 0, "excluded": 0, "unsupported": 1}  # notes.bin
 
 
 def _counts(*, pushed: int = 0, unchanged: int = 0, deleted: int = 0) -> dict[str, int]:
-    return {"pushed": pushed, "unchanged": unchanged, "deleted": deleted, "acl_updated": 0, "failed": 0}
+    return {
+        "pushed": pushed,
+        "unchanged": unchanged,
+        "deleted": deleted,
+        "acl_updated": 0,
+        "groups_synced": 0,
+        "failed": 0,
+    }
 
 
 def _tree(root: Path) -> Path:
@@ -64,26 +71,26 @@ def test_incremental_sync_push_unchanged_change_delete_acl(live_server: LiveServ
     connector = FsConnector(root, name="fs-share", acl_map=_map(tmp_path))
 
     first = Syncer(client, connector).run()
-    assert first.summary() == {"pushed": 4, "unchanged": 0, "deleted": 0, "acl_updated": 0, "failed": 0}
+    assert first.summary() == _counts(pushed=4)
     assert "failover.md" in _ids(reader, "promote the standby")
     assert "hr/pay.txt" not in _ids(reader, "salary bands engineering ladder")
 
     transport.sent.clear()
     second = Syncer(client, connector).run()
-    assert second.summary() == {"pushed": 0, "unchanged": 4, "deleted": 0, "acl_updated": 0, "failed": 0}
+    assert second.summary() == _counts(unchanged=4)
     assert transport.writes() == []  # nothing sent: no push, upload, delete, ACL or state write
 
     (root / "failover.md").write_text(
         FILES["failover.md"] + "\nThen check replication lag on the new primary.\n"
     )
     changed = Syncer(client, connector).run()
-    assert changed.summary() == {"pushed": 1, "unchanged": 3, "deleted": 0, "acl_updated": 0, "failed": 0}
+    assert changed.summary() == _counts(pushed=1, unchanged=3)
     assert live_server.versions("failover.md") == 2 and live_server.versions("lunch.txt") == 1
 
     (root / "lunch.txt").unlink()
     assert _ids(reader, "soup pasta fish")[0] == "lunch.txt"
     gone = Syncer(client, connector).run()
-    assert gone.summary() == {"pushed": 0, "unchanged": 3, "deleted": 1, "acl_updated": 0, "failed": 0}
+    assert gone.summary() == _counts(unchanged=3, deleted=1)
     assert "lunch.txt" not in _ids(reader, "soup pasta fish")
 
     # An ACL change alone: one PUT, no re-ingest.
@@ -190,6 +197,7 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         "unchanged": 0,
         "deleted": 0,
         "acl_updated": 0,
+        "groups_synced": 0,
         "failed": 0,
         "skipped": SKIPPED,
     }
@@ -241,7 +249,7 @@ def test_large_files_go_as_uploads(
     transport = CountingTransport()
     client = Client(live_server.url, live_server.key("ingest"), transport=transport)
     report = Syncer(client, FsConnector(root, name="fs-up", acl_map=_map(tmp_path))).run()
-    assert report.summary() == {"pushed": 4, "unchanged": 0, "deleted": 0, "acl_updated": 0, "failed": 0}
+    assert report.summary() == _counts(pushed=4)
     assert transport.sent.count("POST /v1/documents:upload") == 4
     assert "POST /v1/documents" not in transport.sent
 
@@ -268,7 +276,7 @@ def test_groups_sync_incrementally(live_server: LiveServer) -> None:
     transport = CountingTransport()
     client = Client(live_server.url, live_server.key("ingest", "admin"), transport=transport)
     directory = _Directory({"user:ann": ["group:hr"], "user:bob": ["group:eng", "group:sre"]})
-    assert Syncer(client, directory).run().groups_synced == 2
+    assert Syncer(client, directory).run().summary()["groups_synced"] == 2  # in the summary too
     transport.sent.clear()
     assert Syncer(client, directory).run().groups_synced == 0
     assert [s for s in transport.writes() if "/principals/" in s] == []

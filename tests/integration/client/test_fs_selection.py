@@ -96,6 +96,7 @@ def test_cli_reports_skipped_files_and_acl_only_changes(live_server: LiveServer,
         "unchanged": 0,
         "deleted": 0,
         "acl_updated": 0,
+        "groups_synced": 0,
         "failed": 0,
         "skipped": {"hidden": 4, "excluded": 1, "unsupported": 1},
     }
