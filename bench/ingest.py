@@ -108,7 +108,7 @@ def sample_items(n: int) -> list[NewItem]:
     """Up to ``n`` files of ``samples/corpus`` with a supported suffix."""
     return [
         _item(ext_id, MIME_BY_SUFFIX[path.suffix.lower()], path.read_bytes(), None)
-        for path, ext_id in walk([SAMPLES])[0][:n]
+        for path, ext_id in walk([SAMPLES]).found[:n]
     ]
 
 

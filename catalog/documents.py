@@ -18,7 +18,7 @@ from psycopg.rows import kwargs_row
 from psycopg.types.json import Jsonb
 
 from catalog.changes import record_change
-from core.errors import NotFoundError
+from core.errors import ConflictError, NotFoundError
 from core.records import Acl, Chunk
 
 
@@ -37,11 +37,14 @@ class DocumentRow:
     state: str
     created_at: datetime
     updated_at: datetime
+    # The connector that owns it (created or claimed it); None: written by plain pushes or
+    # ``ragline ingest`` only. See "connector ownership" below.
+    connector: str | None = None
 
 
 _DOC_COLUMNS = (
     "doc_id, tenant_id, external_id, source, title, mime_type, content_hash, current_version,"
-    " metadata, acl_principals, acl_public, state, created_at, updated_at"
+    " metadata, acl_principals, acl_public, state, created_at, updated_at, connector"
 )
 
 
@@ -238,11 +241,15 @@ def _tombstone_current(conn: psycopg.Connection, *, doc: DocumentRow, reason: st
     return cur.rowcount
 
 
-def delete_document(conn: psycopg.Connection, *, tenant_id: str, external_id: str) -> int:
-    """Tombstone every chunk of the document; returns how many. Raises NotFoundError."""
+def delete_document(
+    conn: psycopg.Connection, *, tenant_id: str, external_id: str, connector: str | None = None
+) -> int:
+    """Tombstone every chunk of the document; returns how many. Raises NotFoundError, and
+    ConflictError when ``connector`` is given and did not write the document."""
     doc = get_document(conn, tenant_id=tenant_id, external_id=external_id, lock=True)
     if doc is None or doc.state == "deleted":
         raise NotFoundError(f"no document {external_id!r}")
+    _require_owner(doc, connector)
     hidden = _tombstone_current(conn, doc=doc, reason="deleted")
     conn.execute(
         "UPDATE documents SET state = 'deleted', updated_at = now() WHERE doc_id = %s", (doc.doc_id,)
@@ -251,10 +258,15 @@ def delete_document(conn: psycopg.Connection, *, tenant_id: str, external_id: st
     return hidden
 
 
-def set_acl(conn: psycopg.Connection, *, tenant_id: str, external_id: str, acl: Acl) -> DocumentRow:
+def set_acl(
+    conn: psycopg.Connection, *, tenant_id: str, external_id: str, acl: Acl, connector: str | None = None
+) -> DocumentRow:
+    """Replace the ACL. Raises NotFoundError, and ConflictError when ``connector`` is given
+    and did not write the document."""
     doc = get_document(conn, tenant_id=tenant_id, external_id=external_id, lock=True)
     if doc is None or doc.state == "deleted":
         raise NotFoundError(f"no document {external_id!r}")
+    _require_owner(doc, connector)
     conn.execute(
         "UPDATE documents SET acl_principals = %s, acl_public = %s, updated_at = now() WHERE doc_id = %s",
         (sorted(set(acl.principals)), acl.public, doc.doc_id),
@@ -269,6 +281,58 @@ def update_acl_if_changed(conn: psycopg.Connection, *, doc: DocumentRow, acl: Ac
         return False
     set_acl(conn, tenant_id=doc.tenant_id, external_id=doc.external_id, acl=acl)
     return True
+
+
+# --- connector ownership -----------------------------------------------------------------------
+# A connector writes only documents that are new, deleted, unowned or its own (and owns them
+# from then on), and deletes or re-ACLs only its own. A plain push (connector None) may write
+# any document, as before connectors recorded themselves: it leaves a live document's owner as
+# it is, and a new or deleted one unowned.
+
+FOREIGN_CODE = "owned_by_other_connector"
+NOT_OWNER_CODE = "not_owned_by_connector"
+
+
+def foreign_owner(doc: DocumentRow | None, connector: str | None) -> str | None:
+    """The other connector that owns ``doc`` when ``connector`` may not write it, else None."""
+    if connector is None or doc is None or doc.state != "active" or doc.connector in (None, connector):
+        return None
+    return doc.connector
+
+
+def foreign_message(external_id: str, owner: str) -> str:
+    return (
+        f"document {external_id!r} belongs to connector {owner!r}; a connector never overwrites"
+        " another's documents (give this source distinct ids, e.g. an id prefix)"
+    )
+
+
+def foreign_documents(
+    conn: psycopg.Connection, *, tenant_id: str, external_ids: Sequence[str], connector: str
+) -> dict[str, str]:
+    """external id -> owning connector, for those of ``external_ids`` ``connector`` may not write."""
+    rows = conn.execute(
+        "SELECT external_id, connector FROM documents WHERE tenant_id = %s AND external_id = ANY(%s)"
+        " AND state = 'active' AND connector IS NOT NULL AND connector <> %s",
+        (tenant_id, list(external_ids), connector),
+    ).fetchall()
+    return {str(ext): str(owner) for ext, owner in rows}
+
+
+def set_connector(conn: psycopg.Connection, *, doc_id: int, connector: str | None) -> None:
+    """Record the document's owner (also on a push that found its content unchanged)."""
+    conn.execute(
+        "UPDATE documents SET connector = %s WHERE doc_id = %s AND connector IS DISTINCT FROM %s",
+        (connector, doc_id, connector),
+    )
+
+
+def _require_owner(doc: DocumentRow, connector: str | None) -> None:
+    if connector is not None and doc.connector != connector:
+        raise ConflictError(
+            f"document {doc.external_id!r} was not written by connector {connector!r}",
+            code=NOT_OWNER_CODE,
+        )
 
 
 def heading_passage_pairs(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple[str, str]]:

@@ -31,6 +31,7 @@ class NewItem:
     payload: bytes | None = None
     payload_path: str | None = None
     byte_size: int = 0
+    connector: str | None = None  # the connector that pushed it (None: a plain push)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class ItemRow:
     chunks: int
     pages: int
     warnings: tuple[str, ...]
+    connector: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,7 @@ _JOB_COLUMNS = (
 )
 _ITEM_COLUMNS = (
     "job_id, item_no, external_id, mime_type, title, metadata, acl_principals, acl_public, payload_path,"
-    " byte_size, state, error_code, error_message, doc_id, version, chunks, pages, warnings"
+    " byte_size, state, error_code, error_message, doc_id, version, chunks, pages, warnings, connector"
 )
 
 
@@ -130,7 +132,7 @@ def _copy_items(conn: psycopg.Connection, job_id: uuid.UUID, items: Sequence[New
         conn.cursor() as cur,
         cur.copy(
             "COPY job_items (job_id, item_no, external_id, mime_type, title, metadata, acl_principals,"
-            " acl_public, payload, payload_path, byte_size) FROM STDIN"
+            " acl_public, payload, payload_path, byte_size, connector) FROM STDIN"
         ) as copy,
     ):
         for no, it in enumerate(items, start=first):
@@ -147,6 +149,7 @@ def _copy_items(conn: psycopg.Connection, job_id: uuid.UUID, items: Sequence[New
                     it.payload,
                     it.payload_path,
                     it.byte_size,
+                    it.connector,
                 )
             )
 

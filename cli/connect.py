@@ -1,11 +1,14 @@
 """``ragline connect fs PATH`` and ``ragline connect sitemap URL``: incremental syncs over the
 client, on the connector kit (``ragline_client.connector``).
 
-It walks a tree (PDF, HTML, Markdown, text), pushes files that are new or whose content
-changed, updates ACLs that alone changed, deletes documents whose files disappeared, and
-with ``--watch`` syncs again on every change ``watchfiles`` reports. Its state (per file:
+It walks a tree (PDF, HTML, Markdown, text; hidden files and dot-folders skipped, then
+``--include``/``--exclude`` globs), pushes files that are new or whose content changed,
+updates ACLs that alone changed, deletes documents whose files disappeared, and with
+``--watch`` syncs again on every change ``watchfiles`` reports. Its state (per file:
 content hash and ACL) lives in the server's catalog under the connector's name, so a second
-run over an unchanged tree sends nothing and a restart resumes.
+run over an unchanged tree sends nothing and a restart resumes. The server records the
+connector as the owner of what it pushes: another folder's connector can neither delete nor
+overwrite those documents (a shared relative path fails there; ``--id-prefix`` tells them apart).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from typing import Any
 import httpx
 
 from cli.output import add_json_flag
+from cli.selection import add_file_flags, file_filter, skipped_lines
+from core import validation
 from core.errors import InvalidInputError
 from core.validation import acl_principal
-from ingest.files import MIME_BY_SUFFIX, walk
+from ingest.files import MIME_BY_SUFFIX, FileFilter, Walked, walk
 from ragline_client import AclIn, Client, Connector, DocumentIn, FileDocument, Item, Listing, RaglineError
 from ragline_client.connector import Syncer, SyncReport
 from ragline_client.sitemap import SitemapConnector, SitemapError
@@ -63,6 +68,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--posix-acl", action="store_true", help="readers from the file's owner, group (g+r) and o+r (public)"
     )
     fs.add_argument("--watch", action="store_true", help="keep syncing on every change under PATH")
+    fs.add_argument(
+        "--id-prefix",
+        default="",
+        metavar="PREFIX",
+        help="put PREFIX before every external id (PREFIX + relative path), so folders with the same"
+        " relative paths can share a tenant",
+    )
+    add_file_flags(fs)
     _common(fs, "fs-<dir>-<hash>")
     fs.set_defaults(handler=_fs)
     site = csub.add_parser(
@@ -148,41 +161,55 @@ def _name(lookup: Any, ident: int) -> str:
 
 
 class FsConnector(Connector):
-    """A directory tree as a source; external ids are paths relative to the root."""
+    """A directory tree as a source; external ids are ``id_prefix`` + paths relative to the
+    root. ``selection`` says which files are taken (no hidden ones by default); ``walked``
+    keeps what the last listing passed over."""
 
-    def __init__(self, root: Path, *, name: str, acl_map: AclMap | None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        name: str,
+        acl_map: AclMap | None,
+        selection: FileFilter | None = None,
+        id_prefix: str = "",
+    ) -> None:
         self.root = root
         self.name = name
         self.acl_map = acl_map
-        self._files: dict[str, tuple[Path, AclRule]] = {}
+        self.selection = selection or FileFilter()
+        self.id_prefix = id_prefix
+        self._files: dict[str, tuple[Path, str, AclRule]] = {}
         self.unmapped: list[str] = []
+        self.walked = Walked()
 
     def list_items(self, cursor: str | None) -> Listing:
         self._files.clear()
         self.unmapped = []
         items = []
-        found, _skipped = walk([self.root])
-        for path, rel in found:
+        self.walked = walk([self.root], self.selection)
+        for path, rel in self.walked.found:
+            external_id = self.id_prefix + rel
             rule = self.acl_map.rule(rel) if self.acl_map is not None else posix_rule(path)
             if rule is None:
                 # Guessing readers would be wrong either way: the file fails on load, visibly,
                 # and is never recorded, so it is tried again once the map covers it.
-                self.unmapped.append(rel)
+                self.unmapped.append(external_id)
             try:
                 digest = _sha256(path)
             except OSError:
                 continue  # vanished between walk and read: the next run sees it gone
             rule = rule or AclRule(acl=AclIn())
-            self._files[rel] = (path, rule)
-            items.append(Item(external_id=rel, fingerprint=f"sha256:{digest}", acl=rule.acl))
+            self._files[external_id] = (path, rel, rule)
+            items.append(Item(external_id=external_id, fingerprint=f"sha256:{digest}", acl=rule.acl))
         return Listing(items=items, complete=True)
 
     def load(self, item: Item) -> DocumentIn | FileDocument:
         if item.external_id in self.unmapped:
             raise ValueError(f"no rule in the ACL map matches {item.external_id!r}")
-        path, rule = self._files[item.external_id]
+        path, rel, rule = self._files[item.external_id]
         mime = MIME_BY_SUFFIX[path.suffix.lower()]
-        meta = {"path": item.external_id, **rule.metadata}
+        meta = {"path": rel, **rule.metadata}
         if path.stat().st_size > INLINE_MAX_BYTES:
             return FileDocument(path, item.external_id, mime, item.acl, title=rule.title, metadata=meta)
         return DocumentIn(
@@ -214,7 +241,15 @@ def _fs(args: argparse.Namespace) -> int:
     if not args.path.is_dir():
         raise InvalidInputError(f"{args.path} is not a directory")
     acl_map = AclMap.load(args.acl_map) if args.acl_map else None
-    connector = FsConnector(args.path, name=args.name or default_name(args.path), acl_map=acl_map)
+    if args.id_prefix:
+        validation.external_id(args.id_prefix + "x")  # the same rules as any id (no NUL, ...)
+    connector = FsConnector(
+        args.path,
+        name=args.name or default_name(args.path),
+        acl_map=acl_map,
+        selection=file_filter(args),
+        id_prefix=args.id_prefix,
+    )
     return _connect(args, connector, watch=args.path if args.watch else None)
 
 
@@ -261,18 +296,28 @@ def _sync_once(syncer: Syncer, *, as_json: bool) -> SyncReport:
         report = syncer.apply(plan, progress)
     finally:
         progress.close()
+    summary: dict[str, Any] = dict(report.summary())
+    connector = syncer.connector
+    if isinstance(connector, FsConnector):
+        summary["skipped"] = connector.walked.skipped()
+        for line in skipped_lines(connector.walked, [connector.root]):
+            print(line, file=sys.stderr)
     if as_json:
-        print(json.dumps(report.summary()), flush=True)
+        print(json.dumps(summary), flush=True)
     else:
-        print(
-            "pushed {pushed}  unchanged {unchanged}  deleted {deleted}  failed {failed}".format(
-                **report.summary()
-            ),
-            flush=True,
-        )
-        for external_id, message in sorted(report.errors.items()):
-            print(f"  failed {external_id}: {message}", file=sys.stderr)
+        print("  ".join(_summary_field(k, v) for k, v in summary.items()), flush=True)
+    for external_id, message in sorted(report.errors.items()):
+        print(f"  failed {external_id}: {message}", file=sys.stderr)
+    for external_id, message in sorted(report.warnings.items()):
+        print(f"  warning {external_id}: {message}", file=sys.stderr)
     return report
+
+
+def _summary_field(key: str, value: int | dict[str, int]) -> str:
+    """``pushed 3``, ``acl_updated 1``, ``skipped 2 (hidden 1, excluded 0, unsupported 1)``."""
+    if isinstance(value, dict):
+        return f"{key} {sum(value.values())} (" + ", ".join(f"{k} {v}" for k, v in value.items()) + ")"
+    return f"{key} {value}"
 
 
 def _watch(syncer: Syncer, root: Path, *, as_json: bool) -> SyncReport:

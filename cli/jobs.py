@@ -13,6 +13,8 @@ import psycopg
 
 from catalog.jobs import NewItem
 from cli.output import add_json_flag, operator, print_json, print_rows
+from cli.selection import add_file_flags, file_filter, name_list, skipped_lines
+from core.errors import InvalidInputError
 from core.records import Acl
 from core.settings import Settings, get_settings
 from core.validation import acl_principal, metadata_pair
@@ -23,15 +25,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     ingest = sub.add_parser(
         "ingest",
         help="ingest files and folders as one job, with a progress bar",
-        description="Ingest files and folders as one job. Exit codes: 0 succeeded, 3 partially_failed"
-        " (some documents failed: see `ragline jobs show`), 1 failed or cancelled, 2 invalid arguments.",
+        description="Ingest files and folders as one job. Who may read the documents must be said:"
+        " --acl, --public or --acl-map. Hidden files and dot-folders are skipped. Exit codes:"
+        " 0 succeeded, 3 partially_failed (some documents failed: see `ragline jobs show`),"
+        " 1 failed or cancelled, 2 invalid arguments (a missing path, no file to ingest).",
     )
     ingest.add_argument("paths", nargs="+", type=Path)
     ingest.add_argument("--tenant", required=True)
-    ingest.add_argument("--acl", default="", help="comma-separated readers, e.g. user:alice,group:eng")
-    ingest.add_argument("--public", action="store_true", help="readable by everyone in the tenant")
+    readers = ingest.add_mutually_exclusive_group()
+    readers.add_argument("--acl", default="", help="comma-separated readers, e.g. user:alice,group:eng")
+    readers.add_argument("--public", action="store_true", help="readable by everyone in the tenant")
     ingest.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
-    ingest.add_argument("--acl-map", type=Path, help="JSON: file name -> {principals, public, metadata}")
+    ingest.add_argument(
+        "--acl-map", type=Path, help="JSON: file name -> {principals, public, metadata} (wins over --acl)"
+    )
+    add_file_flags(ingest)
     ingest.add_argument("--no-ray", action="store_true", help="run every stage in this process")
     ingest.set_defaults(handler=_ingest)
     jobs = sub.add_parser("jobs", help="ingestion jobs")
@@ -61,23 +69,30 @@ def _acl(principals: list[str], public: bool) -> Acl:
     return Acl(tuple(sorted({acl_principal(p) for p in principals})), public)
 
 
-def _items(args: argparse.Namespace) -> list[NewItem]:
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse before any job: a path that does not exist, or no word on who may read."""
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        raise InvalidInputError(f"no such file or directory: {', '.join(missing)}")
+    if not args.acl.strip() and not args.public and args.acl_map is None:
+        raise InvalidInputError(
+            "say who may read the documents: --acl READERS, --public (the whole tenant) or --acl-map FILE;"
+            " a document with no readers is readable by nobody"
+        )
 
+
+def _items(args: argparse.Namespace) -> list[NewItem]:
+    _check_args(args)
     meta = dict(metadata_pair(kv) for kv in args.metadata)
     mapping: dict[str, Any] = json.loads(args.acl_map.read_text()) if args.acl_map else {}
     default_acl = _acl([p.strip() for p in args.acl.split(",") if p.strip()], args.public)
     items = []
-    files, skipped = walk(args.paths)
+    walked = walk(args.paths, file_filter(args))
     if args.acl_map is not None:  # the ACL map may sit beside the files it describes
-        skipped = [f for f in skipped if f.resolve() != args.acl_map.resolve()]
-    if skipped:
-        shown = ", ".join(str(p) for p in skipped[:10]) + (" ..." if len(skipped) > 10 else "")
-        print(
-            f"skipped {len(skipped)} files with an unsupported type"
-            f" (supported: {' '.join(sorted(MIME_BY_SUFFIX))}): {shown}",
-            file=sys.stderr,
-        )
-    for file, ext_id in files:
+        walked.unsupported[:] = [f for f in walked.unsupported if f.resolve() != args.acl_map.resolve()]
+    for line in skipped_lines(walked, args.paths):
+        print(line, file=sys.stderr)
+    for file, ext_id in walked.found:
         entry = mapping.get(file.name) or mapping.get(ext_id) or {}
         acl_entry = entry.get("acl", entry)
         acl = (
@@ -95,6 +110,13 @@ def _items(args: argparse.Namespace) -> list[NewItem]:
                 payload_path=str(file.resolve()),
                 byte_size=file.stat().st_size,
             )
+        )
+    unreadable = [i.external_id for i in items if not i.acl.principals and not i.acl.public]
+    if unreadable:
+        print(
+            f"warning: {len(unreadable)} documents have no readers (their ACL names nobody and is not"
+            f" public), so no query can return them: {name_list(unreadable)}",
+            file=sys.stderr,
         )
     return items
 
@@ -116,7 +138,7 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
     url = _url(settings)
     items = _items(args)
     if not items:
-        raise SystemExit("ragline: no supported files found")
+        raise InvalidInputError(f"no file to ingest under {', '.join(str(p) for p in args.paths)}")
     with psycopg.connect(url) as conn:
         job_id = queue_ingest(
             conn,
@@ -220,7 +242,8 @@ def _jobs_show(args: argparse.Namespace) -> int:
 
 
 def _jobs_resume(args: argparse.Namespace) -> int:
-    """Finish a job whose process died: only items still pending are redone."""
+    """Finish a job whose process died, or run a cancelled or failed one again (the API's
+    rule, ``reopen_job``): only items that never ran are done now."""
     import psycopg
 
     from catalog import jobs as jobs_repo
@@ -230,7 +253,17 @@ def _jobs_resume(args: argparse.Namespace) -> int:
     settings = get_settings()
     with psycopg.connect(_url(settings)) as conn:
         job = jobs_repo.get_job(conn, job_id=args.job_id)
-    if job is not None and job.kind == "reembed":  # a model migration resumes its backfill
+        if job is None:
+            print(f"ragline: no job {args.job_id}", file=sys.stderr)
+            return 1
+        if job.kind != "reembed" and job.state in jobs_repo.TERMINAL:
+            reopened = jobs_repo.reopen_job(conn, job_id=args.job_id, tenant_id=None)
+            if reopened is None:
+                left = f"ragline: job {args.job_id} is {job.state} and has no items left to run"
+                print(left, file=sys.stderr)
+                return 1
+            job = reopened
+    if job.kind == "reembed":  # a model migration resumes its backfill
         from cli.reembed import run_job
 
         state = run_job(settings, _url(settings), str(args.job_id), use_ray=None, force_claim=True)
@@ -238,7 +271,7 @@ def _jobs_resume(args: argparse.Namespace) -> int:
         return 0 if state else 1
     runner = make_runner(settings, _url(settings))
     # The whole job's count, starting where earlier runs stopped; rate and ETA are this run's.
-    progress = Progress(job.documents_total, done=job.documents_done) if job is not None else Progress(0)
+    progress = Progress(job.documents_total, done=job.documents_done)
     try:
         state = runner.run_job(args.job_id, on_progress=progress, force=True)
     finally:

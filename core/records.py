@@ -47,6 +47,7 @@ class SourceDocument:
     title: str | None = None
     metadata: Metadata = field(default_factory=lambda: EMPTY_METADATA)
     acl: Acl = Acl()
+    connector: str | None = None  # the connector that pushed it (None: a plain push)
 
 
 @dataclass(frozen=True, slots=True)

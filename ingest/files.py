@@ -1,8 +1,17 @@
-"""Files a bulk connector ingests: which suffixes it reads and the id each file gets."""
+"""Files a bulk connector ingests: which suffixes it reads, which files under a folder it
+takes (no hidden ones unless asked, ``--include``/``--exclude`` globs), and the id each gets."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import pathspec
+
+from core.errors import InvalidInputError
 
 MIME_BY_SUFFIX = {
     ".pdf": "application/pdf",
@@ -16,18 +25,88 @@ MIME_BY_SUFFIX = {
 }
 
 
-def walk(paths: list[Path]) -> tuple[list[tuple[Path, str]], list[Path]]:
-    """Files under ``paths`` with a supported suffix and the id each gets (its relative path),
-    and the files passed over for their type. A file named directly is always taken."""
-    found: list[tuple[Path, str]] = []
-    skipped: list[Path] = []
+@dataclass(frozen=True, slots=True)
+class FileFilter:
+    """Which files under a folder are taken. Globs use gitignore syntax (``*.md``,
+    ``drafts/``, ``docs/**/*.txt``) against the path relative to the folder.
+
+    Dotfiles and anything under a dot-folder (``.env.txt``, ``.git/``) are left out: they
+    are configuration and secrets far more often than documents, and a folder given with
+    ``--public`` would make them readable tenant-wide. An ``include`` glob that itself names
+    a dot component (``.notes/**``, ``.*.md``) takes the hidden files it matches. With any
+    ``include`` glob, only files some glob matches are taken; ``exclude`` wins over both.
+    """
+
+    include: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        for pattern in (*self.include, *self.exclude):
+            _spec([pattern])  # an invalid glob fails here, before any file is read
+
+
+@dataclass(frozen=True, slots=True)
+class Walked:
+    """What ``walk`` found: the files to take with their ids, and those it passed over."""
+
+    found: list[tuple[Path, str]] = field(default_factory=list)
+    unsupported: list[Path] = field(default_factory=list)  # a type the server does not parse
+    hidden: list[Path] = field(default_factory=list)  # dotfiles, and dot-folders not entered
+    excluded: list[Path] = field(default_factory=list)  # an --exclude glob, or no --include glob
+
+    def skipped(self) -> dict[str, int]:
+        hidden, excluded, unsupported = len(self.hidden), len(self.excluded), len(self.unsupported)
+        return {"hidden": hidden, "excluded": excluded, "unsupported": unsupported}
+
+
+_DOT_COMPONENT = re.compile(r"(^|/)\.[^/]")
+
+
+def _spec(patterns: Sequence[str]) -> pathspec.GitIgnoreSpec | None:
+    if not patterns:
+        return None
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(patterns)
+    except (ValueError, TypeError, re.error) as exc:
+        raise InvalidInputError(f"invalid glob in {list(patterns)}: {exc}") from exc
+
+
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in PurePosixPath(rel).parts)
+
+
+def walk(paths: Sequence[Path], selection: FileFilter | None = None) -> Walked:
+    """Files under ``paths`` that ``selection`` takes and that have a supported suffix, with
+    the id each gets (its path relative to the folder), and what was passed over and why. A
+    file named directly is always taken. Symlinked folders are not followed (no loops)."""
+    selection = selection or FileFilter()
+    include, exclude = _spec(selection.include), _spec(selection.exclude)
+    dot_include = _spec([p for p in selection.include if _DOT_COMPONENT.search(p)])
+    out = Walked()
     for root in paths:
         if root.is_file():
-            found.append((root, root.name))
+            out.found.append((root, root.name))
             continue
-        for file in sorted(p for p in root.rglob("*") if p.is_file()):
-            if file.suffix.lower() in MIME_BY_SUFFIX:
-                found.append((file, file.relative_to(root).as_posix()))
-            else:
-                skipped.append(file)
-    return found, skipped
+        taken: list[tuple[Path, str]] = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            base = Path(dirpath)
+            if dot_include is None:  # nothing can take a hidden file: do not even look inside
+                out.hidden.extend(base / d for d in sorted(dirnames) if d.startswith("."))
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in sorted(filenames):
+                file = base / name
+                rel = file.relative_to(root).as_posix()
+                if not file.is_file():
+                    continue  # a broken link, a socket
+                if _hidden(rel) and (dot_include is None or not dot_include.match_file(rel)):
+                    out.hidden.append(file)
+                elif (include is not None and not include.match_file(rel)) or (
+                    exclude is not None and exclude.match_file(rel)
+                ):
+                    out.excluded.append(file)
+                elif file.suffix.lower() in MIME_BY_SUFFIX:
+                    taken.append((file, rel))
+                else:
+                    out.unsupported.append(file)
+        out.found.extend(sorted(taken, key=lambda f: PurePosixPath(f[1]).parts))
+    return out

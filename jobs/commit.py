@@ -71,6 +71,22 @@ def _commit_embedded(
     current = docs_repo.lock_for_write(
         conn, tenant_id=src.tenant_id, external_id=src.external_id, mime_type=src.mime_type
     )
+    owner = docs_repo.foreign_owner(current, src.connector)
+    if owner is not None:
+        # Claimed by another connector since the prepare stage looked: checked again under the lock.
+        done = jobs_repo.finish_item(
+            conn,
+            job_id=p.ref.job_id,
+            item_no=p.ref.item_no,
+            state="failed",
+            error_code=docs_repo.FOREIGN_CODE,
+            error_message=docs_repo.foreign_message(src.external_id, owner),
+        )
+        return "failed" if done else "skipped"
+    # A connector's write makes the document its own; a plain push leaves a live document's
+    # owner as it is and a new or revived one unowned.
+    if src.connector is not None or current.state != "active":
+        docs_repo.set_connector(conn, doc_id=current.doc_id, connector=src.connector)
     if current.state == "active" and current.content_hash == p.content_hash:
         # Another job committed the same content meanwhile: only the ACL may differ.
         docs_repo.update_acl_if_changed(conn, doc=current, acl=src.acl)

@@ -75,6 +75,11 @@ def prepare_items(
             outcomes[item.item_no] = Failed(ref, exc.code, exc.message)
             continue
         doc = docs_repo.get_document(conn, tenant_id=ctx.tenant_id, external_id=item.external_id)
+        owner = docs_repo.foreign_owner(doc, item.connector)
+        if owner is not None:
+            message = docs_repo.foreign_message(item.external_id, owner)
+            outcomes[item.item_no] = Failed(ref, docs_repo.FOREIGN_CODE, message)
+            continue
         active = doc is not None and doc.state == "active" and doc.current_version is not None
         current = (doc.doc_id, doc.current_version) if active and doc and doc.current_version else None
         if doc is not None:
@@ -85,6 +90,8 @@ def prepare_items(
         doc = live.get(request.ref.item_no)
         if isinstance(outcome, Unchanged) and doc is not None:
             docs_repo.update_acl_if_changed(conn, doc=doc, acl=request.source.acl)
+            if request.source.connector is not None:
+                docs_repo.set_connector(conn, doc_id=doc.doc_id, connector=request.source.connector)
             conn.commit()
         outcomes[request.ref.item_no] = outcome
     return [outcomes[item.item_no] for item in items]

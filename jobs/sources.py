@@ -29,6 +29,7 @@ def load_source(conn: psycopg.Connection, *, tenant_id: str, item: ItemRow) -> S
         title=item.title,
         metadata=dict(item.metadata),
         acl=item.acl,
+        connector=item.connector,
     )
 
 

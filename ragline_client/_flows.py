@@ -29,6 +29,7 @@ from ragline_client.models import (
     DocumentDeletedOut,
     DocumentIn,
     DocumentOut,
+    ErrorBody,
     FiltersIn,
     GroupsBody,
     GroupsOut,
@@ -37,6 +38,7 @@ from ragline_client.models import (
     LimitsOut,
     MeOut,
     PushResponse,
+    PushWarning,
     ReadyOut,
     Rejection,
     RetrieveOut,
@@ -131,14 +133,23 @@ def me() -> Flow[MeOut]:
     return _single(Call("GET", "/v1/me", _model(MeOut)))
 
 
-def delete(external_id: str) -> Flow[DocumentDeletedOut]:
-    return _single(Call("DELETE", f"/v1/documents/{_doc_path(external_id)}", _model(DocumentDeletedOut)))
+def _as_connector(connector: str | None) -> dict[str, str | int] | None:
+    # A connector's name makes its pushes its own; deletes and ACL changes under it touch
+    # only its own documents (the server refuses the rest).
+    return {"connector": connector} if connector is not None else None
 
 
-def set_acl(external_id: str, principals: Iterable[str], public: bool) -> Flow[DocumentAclOut]:
+def delete(external_id: str, connector: str | None = None) -> Flow[DocumentDeletedOut]:
+    path = f"/v1/documents/{_doc_path(external_id)}"
+    return _single(Call("DELETE", path, _model(DocumentDeletedOut), params=_as_connector(connector)))
+
+
+def set_acl(
+    external_id: str, principals: Iterable[str], public: bool, connector: str | None = None
+) -> Flow[DocumentAclOut]:
     body = AclUpdate(principals=list(principals), public=public).model_dump(mode="json")
     path = f"/v1/documents/{_doc_path(external_id)}/acl"
-    return _single(Call("PUT", path, _model(DocumentAclOut), json=body))
+    return _single(Call("PUT", path, _model(DocumentAclOut), json=body, params=_as_connector(connector)))
 
 
 def set_groups(principal_id: str, groups: Iterable[str]) -> Flow[GroupsOut]:
@@ -237,6 +248,8 @@ class PushResult:
     job_ids: list[str]
     accepted: int
     rejections: list[Rejection] = field(default_factory=list)
+    # Accepted documents to look at, such as ``no_readers`` (an ACL that names nobody).
+    warnings: list[PushWarning] = field(default_factory=list)
 
 
 def _encode(documents: Iterable[DocumentIn | Mapping[str, Any]]) -> list[tuple[DocumentIn, bytes]]:
@@ -279,23 +292,52 @@ def plan_batches(
     return batches, too_large
 
 
-def push(documents: Iterable[DocumentIn | Mapping[str, Any]], cache: LimitsCache) -> Flow[PushResult]:
+def _batch_answer(response: httpx.Response) -> PushResponse:
+    """A batch's answer; one whose every document was rejected (a 422) is that batch's
+    rejections, not an error, so the other batches' jobs of the same push are not lost."""
+    if response.is_success:
+        return PushResponse.model_validate_json(response.content)
+    try:
+        error = ErrorBody.model_validate_json(response.content).error
+    except ValueError:
+        error = None
+    if error is None or error.code != "all_documents_rejected" or not error.rejections:
+        raise from_response(response, retry_statuses=frozenset())
+    rejections = [Rejection.model_validate(r.model_dump()) for r in error.rejections]
+    return PushResponse(job_id=None, accepted=0, rejections=rejections)
+
+
+def push(
+    documents: Iterable[DocumentIn | Mapping[str, Any]], cache: LimitsCache, connector: str | None = None
+) -> Flow[PushResult]:
     """Send ``documents`` in as many batches as the server's limits need. Safe to retry: the
     server skips a document whose content hash equals its current version's."""
     encoded = _encode(documents)
     server = yield from limits(cache)
     batches, rejections = plan_batches(encoded, server)
     job_ids: list[str] = []
+    warnings: list[PushWarning] = []
     accepted = 0
     for batch in batches:
         body = b'{"documents":[' + b",".join(encoded[i][1] for i in batch) + b"]}"
-        answer: PushResponse = yield Call("POST", "/v1/documents", _model(PushResponse), content=body)
+        answer: PushResponse = yield Call(
+            "POST",
+            "/v1/documents",
+            _batch_answer,
+            content=body,
+            params=_as_connector(connector),
+            accept=frozenset({422}),
+        )
         if answer.job_id is not None:
             job_ids.append(answer.job_id)
         accepted += answer.accepted
         rejections += [r.model_copy(update={"index": batch[r.index]}) for r in answer.rejections]
+        warnings += [w.model_copy(update={"index": batch[w.index]}) for w in answer.warnings]
     return PushResult(
-        job_ids=job_ids, accepted=accepted, rejections=sorted(rejections, key=lambda r: r.index)
+        job_ids=job_ids,
+        accepted=accepted,
+        rejections=sorted(rejections, key=lambda r: r.index),
+        warnings=sorted(warnings, key=lambda w: w.index),
     )
 
 
@@ -307,6 +349,7 @@ def upload(
     title: str | None,
     metadata: Mapping[str, Any] | None,
     acl: AclIn | None,
+    connector: str | None = None,
 ) -> Flow[PushResponse]:
     """One file as multipart, streamed from disk (for files over the JSON body limit)."""
     mime = mime_type or guess_mime(path)
@@ -318,7 +361,14 @@ def upload(
     } | ({"title": title} if title is not None else {})
     with path.open("rb") as stream:
         files = {"file": (path.name, stream, mime)}
-        call = Call("POST", "/v1/documents:upload", _model(PushResponse), files=files, data=fields)
+        call = Call(
+            "POST",
+            "/v1/documents:upload",
+            _model(PushResponse),
+            files=files,
+            data=fields,
+            params=_as_connector(connector),
+        )
         answer: PushResponse = yield call
     return answer
 

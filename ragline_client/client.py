@@ -125,10 +125,14 @@ class Client:
         """The key's tenant, principal and roles, and the server's batch and body limits."""
         return self._run(flows.me())
 
-    def push(self, documents: Iterable[DocumentIn | Mapping[str, Any]]) -> PushResult:
+    def push(
+        self, documents: Iterable[DocumentIn | Mapping[str, Any]], *, connector: str | None = None
+    ) -> PushResult:
         """Queue documents for ingestion, in batches within the server's limits; one job per
-        batch. Retrying is safe: an unchanged document (same content hash) is skipped."""
-        return self._run(flows.push(documents, self._limits))
+        batch. Retrying is safe: an unchanged document (same content hash) is skipped.
+        ``connector``: push as that connector, which then owns the documents (another
+        connector's are rejected, ``owned_by_other_connector``)."""
+        return self._run(flows.push(documents, self._limits, connector))
 
     def upload(
         self,
@@ -139,6 +143,7 @@ class Client:
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         acl: AclIn | None = None,
+        connector: str | None = None,
     ) -> PushResponse:
         """Stream one file (multipart); ``external_id`` defaults to the file name and
         ``mime_type`` to what its suffix says."""
@@ -150,16 +155,26 @@ class Client:
                 title=title,
                 metadata=metadata,
                 acl=acl,
+                connector=connector,
             )
         )
 
-    def delete(self, external_id: str) -> DocumentDeletedOut:
-        """Delete a document; no retrieval returns it once this returns. ``not_found`` if absent."""
-        return self._run(flows.delete(external_id))
+    def delete(self, external_id: str, *, connector: str | None = None) -> DocumentDeletedOut:
+        """Delete a document; no retrieval returns it once this returns. ``not_found`` if absent;
+        with ``connector``, ``not_owned_by_connector`` unless that connector wrote it."""
+        return self._run(flows.delete(external_id, connector))
 
-    def set_acl(self, external_id: str, principals: Iterable[str], *, public: bool = False) -> DocumentAclOut:
-        """Replace a document's ACL (``user:``, ``group:`` or ``service:`` entries)."""
-        return self._run(flows.set_acl(external_id, principals, public))
+    def set_acl(
+        self,
+        external_id: str,
+        principals: Iterable[str],
+        *,
+        public: bool = False,
+        connector: str | None = None,
+    ) -> DocumentAclOut:
+        """Replace a document's ACL (``user:``, ``group:`` or ``service:`` entries); with
+        ``connector``, ``not_owned_by_connector`` unless that connector wrote it."""
+        return self._run(flows.set_acl(external_id, principals, public, connector))
 
     def set_groups(self, principal_id: str, groups: Iterable[str]) -> GroupsOut:
         """Replace a principal's groups (admin role)."""
@@ -292,8 +307,10 @@ class AsyncClient:
     async def me(self) -> MeOut:
         return await self._run(flows.me())
 
-    async def push(self, documents: Iterable[DocumentIn | Mapping[str, Any]]) -> PushResult:
-        return await self._run(flows.push(documents, self._limits))
+    async def push(
+        self, documents: Iterable[DocumentIn | Mapping[str, Any]], *, connector: str | None = None
+    ) -> PushResult:
+        return await self._run(flows.push(documents, self._limits, connector))
 
     async def upload(
         self,
@@ -304,6 +321,7 @@ class AsyncClient:
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         acl: AclIn | None = None,
+        connector: str | None = None,
     ) -> PushResponse:
         return await self._run(
             flows.upload(
@@ -313,16 +331,22 @@ class AsyncClient:
                 title=title,
                 metadata=metadata,
                 acl=acl,
+                connector=connector,
             )
         )
 
-    async def delete(self, external_id: str) -> DocumentDeletedOut:
-        return await self._run(flows.delete(external_id))
+    async def delete(self, external_id: str, *, connector: str | None = None) -> DocumentDeletedOut:
+        return await self._run(flows.delete(external_id, connector))
 
     async def set_acl(
-        self, external_id: str, principals: Iterable[str], *, public: bool = False
+        self,
+        external_id: str,
+        principals: Iterable[str],
+        *,
+        public: bool = False,
+        connector: str | None = None,
     ) -> DocumentAclOut:
-        return await self._run(flows.set_acl(external_id, principals, public))
+        return await self._run(flows.set_acl(external_id, principals, public, connector))
 
     async def set_groups(self, principal_id: str, groups: Iterable[str]) -> GroupsOut:
         return await self._run(flows.set_groups(principal_id, groups))

@@ -5,6 +5,11 @@ A connector says what its source holds (``list_items``: ids, content fingerprint
 and how to read one item (``load``); ``Syncer`` does the rest: compares with the recorded
 state, pushes what is new or changed, updates ACLs that alone changed, deletes what vanished,
 syncs group memberships, and records every step the server acknowledged.
+
+Every call goes under the connector's name, and the server holds a connector to its own
+documents: a push over an id another connector wrote is rejected for that document
+(``owned_by_other_connector``), and deletes and ACL changes touch only its own documents,
+so two connectors whose sources share an id never delete or overwrite each other's.
 """
 
 from __future__ import annotations
@@ -48,16 +53,20 @@ class FileDocument:
 class Listing:
     """What ``list_items`` found. ``complete``: ``items`` is the whole source, so a recorded
     item missing from it was deleted; a change feed (``complete=False``) names its deletions
-    in ``deleted`` instead. ``cursor`` is saved once the run has applied the listing."""
+    in ``deleted`` instead. ``cursor`` is saved once the run has applied the listing.
+    ``failed``: ids (or source locations) that could not be read this run, with why; each
+    counts as failed, and none of them is deleted for being missing from ``items``."""
 
     items: Sequence[Item]
     cursor: str | None = None
     complete: bool = True
     deleted: Sequence[str] = ()
+    failed: Mapping[str, str] = field(default_factory=dict)
 
 
 class Connector(ABC):
-    """Subclass with a ``name`` (unique per tenant), ``list_items`` and ``load``."""
+    """Subclass with a ``name`` (unique per tenant), ``list_items`` and ``load``. The name
+    is also the owner the server records on every document the connector pushes."""
 
     name: str
 
@@ -94,6 +103,7 @@ class SyncPlan:
     groups: dict[str, list[str]]
     remove_groups: list[str]
     cursor: str | None
+    failed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -110,17 +120,23 @@ class SyncReport:
     groups_synced: int = 0
     job_ids: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    # Pushed documents the server warned about, such as ``no_readers`` (an ACL naming nobody).
+    warnings: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, int]:
         return {
             "pushed": self.pushed,
             "unchanged": self.unchanged,
             "deleted": self.deleted,
+            "acl_updated": self.acl_updated,
+            "groups_synced": self.groups_synced,
             "failed": self.failed,
         }
 
 
 Progress = Callable[[int, int], None]
+# The server's answer to a delete or ACL change of a document another writer holds.
+NOT_OWNER = "not_owned_by_connector"
 
 
 class Syncer:
@@ -153,7 +169,7 @@ class Syncer:
             else:
                 unchanged += 1
         if listing.complete:
-            delete = sorted(set(state.documents) - listed)
+            delete = sorted(set(state.documents) - listed - set(listing.failed))
         else:
             delete = sorted(set(listing.deleted) & set(state.documents))
         desired = self.connector.groups()
@@ -163,7 +179,9 @@ class Syncer:
             wanted = {p: sorted(set(g)) for p, g in desired.items()}
             groups = {p: g for p, g in wanted.items() if state.groups.get(p) != _digest(g)}
             remove_groups = sorted(set(state.groups) - set(wanted))
-        return SyncPlan(push, acl, delete, unchanged, groups, remove_groups, listing.cursor)
+        return SyncPlan(
+            push, acl, delete, unchanged, groups, remove_groups, listing.cursor, dict(listing.failed)
+        )
 
     def run(self, progress: Progress | None = None) -> SyncReport:
         return self.apply(self.plan(), progress)
@@ -171,6 +189,8 @@ class Syncer:
     def apply(self, plan: SyncPlan, progress: Progress | None = None) -> SyncReport:
         """Carry out ``plan``, recording each acknowledged step; ``progress(items, chunks)``."""
         report = SyncReport(unchanged=plan.unchanged)
+        for source_id, message in plan.failed.items():
+            self._fail(report, source_id, message)
         tick: Progress = progress or (lambda _items, _chunks: None)
         batch_size = self.client.me().limits.max_batch_documents
         for start in range(0, len(plan.push), batch_size):
@@ -204,16 +224,18 @@ class Syncer:
                         title=doc.title,
                         metadata=doc.metadata,
                         acl=doc.acl,
+                        connector=self.connector.name,
                     )
                     job_ids += [answer.job_id] if answer.job_id else []
+                    report.warnings |= {w.external_id: f"{w.code}: {w.message}" for w in answer.warnings}
                     sent[item.external_id] = item
                 else:
                     inline.append((item, doc))
-            except (OSError, ValueError, RaglineError) as exc:
+            except Exception as exc:  # load's contract: whatever it raises fails this item alone
                 self._fail(report, item.external_id, f"{type(exc).__name__}: {exc}")
                 tick(1, 0)
         if inline:
-            result = self.client.push([doc for _, doc in inline])
+            result = self.client.push([doc for _, doc in inline], connector=self.connector.name)
             rejected = {r.index: r for r in result.rejections}
             for index, (item, _) in enumerate(inline):
                 if index in rejected:
@@ -221,6 +243,7 @@ class Syncer:
                     tick(1, 0)
                 else:
                     sent[item.external_id] = item
+            report.warnings |= {w.external_id: f"{w.code}: {w.message}" for w in result.warnings}
             job_ids += result.job_ids
         report.job_ids += job_ids
         failed = self._await(job_ids, report, tick) if self.wait else set()
@@ -237,7 +260,9 @@ class Syncer:
             seen = {"docs": 0, "chunks": 0}
 
             def on_progress(job: JobOut, seen: dict[str, int] = seen) -> None:
-                docs = job.documents.done + job.documents.unchanged
+                # ``done`` counts every finished item, unchanged and failed ones included:
+                # each document ticks once, so the count never passes the plan's total.
+                docs = job.documents.done
                 tick(docs - seen["docs"], job.chunks - seen["chunks"])
                 seen["docs"], seen["chunks"] = docs, job.chunks
 
@@ -250,13 +275,18 @@ class Syncer:
             for error in job.errors:
                 failed.add(error.external_id)
                 self._fail(report, error.external_id, f"{error.code}: {error.message}")
-            tick(len(job.errors), 0)
         return failed
 
     def _set_acl(self, item: Item, report: SyncReport) -> None:
         try:
-            self.client.set_acl(item.external_id, item.acl.principals, public=item.acl.public)
+            self.client.set_acl(
+                item.external_id, item.acl.principals, public=item.acl.public, connector=self.connector.name
+            )
         except RaglineError as exc:
+            if exc.code == NOT_OWNER:
+                # Not this connector's document (any more): forget it, so the next run pushes
+                # it, which claims it if unowned or names the connector that owns it.
+                self._save(ConnectorStateUpdate(remove_documents=[item.external_id]))
             self._fail(report, item.external_id, str(exc))
             return
         self._save(ConnectorStateUpdate(set_documents={item.external_id: _recorded(item)}))
@@ -264,8 +294,12 @@ class Syncer:
 
     def _delete(self, external_id: str, report: SyncReport) -> None:
         try:
-            self.client.delete(external_id)
+            self.client.delete(external_id, connector=self.connector.name)
         except RaglineError as exc:
+            if exc.code == NOT_OWNER:
+                # Another writer holds the id now: not this connector's to delete; forget it.
+                self._save(ConnectorStateUpdate(remove_documents=[external_id]))
+                return
             # Gone already (deleted by hand, or acknowledged before a crash): the goal holds.
             if exc.code != "not_found":
                 self._fail(report, external_id, str(exc))

@@ -95,6 +95,16 @@ class Rejection(BaseModel):
     message: str
 
 
+class PushWarning(BaseModel):
+    """An accepted document that will not behave as its pusher may expect: ``no_readers``
+    (an empty ACL, not public: no query key can read it until ``PUT .../acl`` names readers)."""
+
+    index: int
+    external_id: str
+    code: str
+    message: str
+
+
 class PushResponse(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -117,6 +127,7 @@ class PushResponse(BaseModel):
     job_id: str | None
     accepted: int
     rejections: list[Rejection]
+    warnings: list[PushWarning] = Field(default_factory=list)
 
 
 class ItemError(BaseModel):

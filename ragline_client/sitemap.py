@@ -4,6 +4,8 @@ Structurally unlike the filesystem connector: the source is remote, and a page w
 sitemap entry carries ``<lastmod>`` is fingerprinted by it, so an unchanged site costs one
 sitemap fetch and no page fetches. Pages without ``lastmod`` are fetched and hashed. A page
 dropped from the sitemap is deleted. Every page gets the same ACL (a site has one audience).
+A page (or a sitemap of an index) that cannot be fetched fails alone: it is counted as
+failed, the run goes on, and nothing is deleted for its absence.
 """
 
 from __future__ import annotations
@@ -60,16 +62,27 @@ class SitemapConnector(Connector):
     def list_items(self, cursor: str | None) -> Listing:
         self._fetched.clear()
         items = []
-        for page in self._pages():
+        pages, failed = self._pages()
+        # A sitemap of the index that could not be read hides which pages it lists: none of
+        # the recorded pages may be taken for deleted this run.
+        complete = not failed
+        for page in pages:
             if page.lastmod:
                 fingerprint = f"lastmod:{page.lastmod}"
             else:
-                fingerprint = "sha256:" + hashlib.sha256(self._fetch(page.url).content).hexdigest()
+                try:
+                    fingerprint = "sha256:" + hashlib.sha256(self._fetch(page.url).content).hexdigest()
+                except httpx.HTTPError as exc:
+                    failed[page.url] = _describe(page.url, exc)
+                    continue
             items.append(Item(external_id=page.url, fingerprint=fingerprint, acl=self.acl))
-        return Listing(items=items, complete=True)
+        return Listing(items=items, complete=complete, failed=failed)
 
     def load(self, item: Item) -> DocumentIn:
-        response = self._fetch(item.external_id)
+        try:
+            response = self._fetch(item.external_id)
+        except httpx.HTTPError as exc:
+            raise ValueError(_describe(item.external_id, exc)) from exc
         mime = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if mime not in MIME_TYPES:
             raise ValueError(f"{item.external_id} is {mime or 'untyped'}, not one of {', '.join(MIME_TYPES)}")
@@ -88,8 +101,11 @@ class SitemapConnector(Connector):
             self._fetched[url] = response
         return self._fetched[url]
 
-    def _pages(self) -> list[_Page]:
+    def _pages(self) -> tuple[list[_Page], dict[str, str]]:
+        """The pages the sitemaps list, and the sitemaps of the index that could not be read
+        (the top one failing raises: there is nothing to sync)."""
         pages: dict[str, _Page] = {}
+        failed: dict[str, str] = {}
         queue: list[str] = [self.sitemap_url]
         seen: set[str] = set()
         while queue and len(seen) < self.max_sitemaps:
@@ -97,7 +113,18 @@ class SitemapConnector(Connector):
             if url in seen:
                 continue
             seen.add(url)
-            root = _parse(self.http.get(url).raise_for_status().content, url)
+            try:
+                root = _parse(self.http.get(url).raise_for_status().content, url)
+            except SitemapError as exc:
+                if url == self.sitemap_url:
+                    raise
+                failed[url] = str(exc)
+                continue
+            except httpx.HTTPError as exc:
+                if url == self.sitemap_url:
+                    raise SitemapError(f"cannot read the sitemap: {_describe(url, exc)}") from exc
+                failed[url] = _describe(url, exc)
+                continue
             if root.tag == f"{_NS}sitemapindex":
                 queue += [loc for loc in _locs(root, "sitemap") if loc not in seen]
                 continue
@@ -105,7 +132,13 @@ class SitemapConnector(Connector):
                 loc = (entry.findtext(f"{_NS}loc") or "").strip()
                 if loc and len(pages) < MAX_URLS:
                     pages[loc] = _Page(loc, (entry.findtext(f"{_NS}lastmod") or "").strip() or None)
-        return list(pages.values())
+        return list(pages.values()), failed
+
+
+def _describe(url: str, exc: Exception) -> str:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"{url} answered {exc.response.status_code} {exc.response.reason_phrase}"
+    return f"{url}: {type(exc).__name__}: {exc}" if str(exc) else f"{url}: {type(exc).__name__}"
 
 
 def _locs(root: ET.Element, tag: str) -> list[str]:

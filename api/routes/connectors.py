@@ -21,7 +21,8 @@ from catalog import connectors as repo
 
 router = APIRouter(prefix="/v1", tags=["connectors"])
 
-ConnectorPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")]
+CONNECTOR_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+ConnectorPath = Annotated[str, Path(pattern=CONNECTOR_NAME)]
 
 
 @router.get("/me", response_model=MeOut, responses=error_responses(401, 429))

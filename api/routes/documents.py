@@ -8,11 +8,12 @@ import shutil
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Request, UploadFile, status
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
 from pydantic import ValidationError
 
 from api.deps import IngestPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
+from api.routes.connectors import CONNECTOR_NAME
 from api.schemas import (
     AclIn,
     AclUpdate,
@@ -22,6 +23,7 @@ from api.schemas import (
     DocumentIn,
     PushRequest,
     PushResponse,
+    PushWarning,
     Rejection,
 )
 from catalog import audit
@@ -34,6 +36,18 @@ from jobs.operations import queue_ingest
 from wiring import queue_policy
 
 router = APIRouter(prefix="/v1", tags=["documents"])
+
+# Set by a connector (the connector kit always sends it): the documents it pushes become its
+# own, and it may delete or re-ACL only those; it may never overwrite another connector's.
+ConnectorQuery = Annotated[
+    str | None,
+    Query(
+        pattern=CONNECTOR_NAME,
+        description="the pushing connector's name: it owns what it pushes and may delete, re-ACL"
+        " or overwrite only its own documents (another's id is a per-document"
+        " `owned_by_other_connector` rejection, or a 409 `not_owned_by_connector`)",
+    ),
+]
 
 
 def _validate_items(raw: list[dict], limit: int) -> tuple[list[jobs_repo.NewItem], list[Rejection]]:
@@ -77,11 +91,11 @@ def _validate_items(raw: list[dict], limit: int) -> tuple[list[jobs_repo.NewItem
             )
             continue
         seen.add(doc.external_id)
-        items.append(_new_item(doc, content))
+        items.append(_new_item(doc, content, None))
     return items, rejections
 
 
-def _new_item(doc: DocumentIn, content: bytes) -> jobs_repo.NewItem:
+def _new_item(doc: DocumentIn, content: bytes, connector: str | None) -> jobs_repo.NewItem:
     return jobs_repo.NewItem(
         external_id=doc.external_id,
         mime_type=doc.effective_mime,
@@ -90,7 +104,44 @@ def _new_item(doc: DocumentIn, content: bytes) -> jobs_repo.NewItem:
         acl=Acl(tuple(sorted(set(doc.acl.principals))), doc.acl.public),
         payload=content,
         byte_size=len(content),
+        connector=connector,
     )
+
+
+def _refuse_foreign(
+    pool: Any, tenant_id: str, connector: str | None, items: list[jobs_repo.NewItem]
+) -> tuple[list[jobs_repo.NewItem], dict[str, Rejection]]:
+    """Split off the items another connector owns (the job checks again under the row lock)."""
+    if connector is None or not items:
+        return items, {}
+    with pool.connection() as conn:
+        foreign = docs_repo.foreign_documents(
+            conn, tenant_id=tenant_id, external_ids=[i.external_id for i in items], connector=connector
+        )
+    refused = {
+        ext: Rejection(
+            index=-1,
+            external_id=ext,
+            code=docs_repo.FOREIGN_CODE,
+            message=docs_repo.foreign_message(ext, owner),
+        )
+        for ext, owner in foreign.items()
+    }
+    return [i for i in items if i.external_id not in refused], refused
+
+
+def _no_reader_warnings(indexed: list[tuple[int, jobs_repo.NewItem]]) -> list[PushWarning]:
+    return [
+        PushWarning(
+            index=index,
+            external_id=item.external_id,
+            code="no_readers",
+            message="the ACL names no reader and is not public: no query key can read this document"
+            " until PUT /v1/documents/{external_id}/acl names readers",
+        )
+        for index, item in indexed
+        if not item.acl.principals and not item.acl.public
+    ]
 
 
 def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list[jobs_repo.NewItem]) -> str:
@@ -112,22 +163,37 @@ def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list
     responses=error_responses(401, 403, 429, 413, 422),
 )
 def push_documents(
-    body: PushRequest, request: Request, principal: IngestPrincipal, pool: PoolDep, settings: SettingsDep
+    body: PushRequest,
+    request: Request,
+    principal: IngestPrincipal,
+    pool: PoolDep,
+    settings: SettingsDep,
+    connector: ConnectorQuery = None,
 ) -> PushResponse:
     """Queue a batch; invalid items are rejected one by one, the rest go into one job.
 
     A batch whose every document is rejected is a 422 (``all_documents_rejected``) listing
-    the rejections in ``error.rejections``; no job is created."""
+    the rejections in ``error.rejections``; no job is created. A document nobody can read
+    (no ACL principals, not public) is accepted with a ``no_readers`` warning."""
     if len(body.documents) > settings.api.max_batch_documents:
         raise InvalidInputError(f"at most {settings.api.max_batch_documents} documents per batch")
     items, rejections = _validate_items(body.documents, settings.api.max_body_bytes)
+    rejected = {r.index for r in rejections}
+    indexed = list(zip((i for i in range(len(body.documents)) if i not in rejected), items, strict=True))
+    items = [dataclasses.replace(item, connector=connector) for item in items]
+    items, refused = _refuse_foreign(pool, principal.tenant_id, connector, items)
+    for index, item in indexed:
+        if item.external_id in refused:
+            rejections.append(refused[item.external_id].model_copy(update={"index": index}))
+    rejections.sort(key=lambda r: r.index)
     if not items:
         raise BatchRejectedError(
             f"all {len(rejections)} documents were rejected",
             rejections=[r.model_dump() for r in rejections],
         )
     job_id = _submit(request, pool, principal.tenant_id, principal.principal_id, items)
-    return PushResponse(job_id=job_id, accepted=len(items), rejections=rejections)
+    warnings = _no_reader_warnings([(i, it) for i, it in indexed if it.external_id not in refused])
+    return PushResponse(job_id=job_id, accepted=len(items), rejections=rejections, warnings=warnings)
 
 
 @router.post(
@@ -147,6 +213,7 @@ def upload_document(
     title: Annotated[str | None, Form(max_length=1000)] = None,
     metadata: Annotated[str, Form(max_length=100_000)] = "{}",
     acl: Annotated[str, Form(max_length=100_000)] = "{}",
+    connector: ConnectorQuery = None,
 ) -> PushResponse:
     """A large file, spooled to disk by the multipart parser and staged under the data dir."""
     try:
@@ -171,22 +238,34 @@ def upload_document(
         staged.unlink()
         raise PayloadTooLargeError(f"upload exceeds {settings.api.max_upload_bytes} bytes")
     item = dataclasses.replace(
-        _new_item(doc, b""), payload=None, payload_path=str(staged.resolve()), byte_size=size
+        _new_item(doc, b"", connector), payload=None, payload_path=str(staged.resolve()), byte_size=size
     )
+    kept, refused = _refuse_foreign(pool, principal.tenant_id, connector, [item])
+    if not kept:
+        staged.unlink()
+        raise BatchRejectedError(
+            "the document was rejected",
+            rejections=[r.model_copy(update={"index": 0}).model_dump() for r in refused.values()],
+        )
     job_id = _submit(request, pool, principal.tenant_id, principal.principal_id, [item])
-    return PushResponse(job_id=job_id, accepted=1, rejections=[])
+    return PushResponse(job_id=job_id, accepted=1, rejections=[], warnings=_no_reader_warnings([(0, item)]))
 
 
 @router.delete(
     "/documents/{external_id:path}",
     response_model=DocumentDeletedOut,
-    responses=error_responses(401, 403, 429, 404, 422),
+    responses=error_responses(401, 403, 429, 404, 409, 422),
 )
-def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep) -> DocumentDeletedOut:
-    """Tombstones every chunk in the transaction that answers: no retrieval returns them after."""
+def delete_document(
+    external_id: str, principal: IngestPrincipal, pool: PoolDep, connector: ConnectorQuery = None
+) -> DocumentDeletedOut:
+    """Tombstones every chunk in the transaction that answers: no retrieval returns them after.
+    With ``connector``, only a document that connector wrote (else 409 ``not_owned_by_connector``)."""
     validation.external_id(external_id)
     with pool.connection() as conn:
-        hidden = docs_repo.delete_document(conn, tenant_id=principal.tenant_id, external_id=external_id)
+        hidden = docs_repo.delete_document(
+            conn, tenant_id=principal.tenant_id, external_id=external_id, connector=connector
+        )
         audit.record(
             conn,
             actor=principal.principal_id,
@@ -201,14 +280,23 @@ def delete_document(external_id: str, principal: IngestPrincipal, pool: PoolDep)
 @router.put(
     "/documents/{external_id:path}/acl",
     response_model=DocumentAclOut,
-    responses=error_responses(401, 403, 429, 404, 413, 422),
+    responses=error_responses(401, 403, 409, 429, 404, 413, 422),
 )
-def put_acl(external_id: str, body: AclUpdate, principal: IngestPrincipal, pool: PoolDep) -> DocumentAclOut:
-    """Replace a document's ACL; effective for retrieval from this response on."""
+def put_acl(
+    external_id: str,
+    body: AclUpdate,
+    principal: IngestPrincipal,
+    pool: PoolDep,
+    connector: ConnectorQuery = None,
+) -> DocumentAclOut:
+    """Replace a document's ACL; effective for retrieval from this response on. With
+    ``connector``, only a document that connector wrote (else 409 ``not_owned_by_connector``)."""
     validation.external_id(external_id)
     acl = Acl(tuple(body.principals), body.public)
     with pool.connection() as conn:
-        docs_repo.set_acl(conn, tenant_id=principal.tenant_id, external_id=external_id, acl=acl)
+        docs_repo.set_acl(
+            conn, tenant_id=principal.tenant_id, external_id=external_id, acl=acl, connector=connector
+        )
         audit.record(
             conn,
             actor=principal.principal_id,

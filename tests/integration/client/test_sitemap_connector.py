@@ -1,13 +1,19 @@
 """The sitemap connector against a site served in the test and a real ragline server: pages
 with ``<lastmod>`` are not fetched again while it stands still, a changed page is one new
-version, a page dropped from the sitemap is deleted, a sitemap index is followed."""
+version, a page dropped from the sitemap is deleted, a sitemap index is followed; a page or
+a sitemap that cannot be fetched fails alone and deletes nothing."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -83,9 +89,8 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
         connector = SitemapConnector(
             f"{site.url}/sitemap.xml", name="site", acl=AclIn(public=True), http=http
         )
-        assert Syncer(client, connector).run().summary() == {
-            "pushed": 3, "unchanged": 0, "deleted": 0, "failed": 0
-        }  # fmt: skip
+        first = Syncer(client, connector).run().summary()
+        assert (first["pushed"], first["unchanged"], first["deleted"], first["failed"]) == (3, 0, 0, 0)
         site.hits.clear()
         assert Syncer(client, connector).run().pushed == 0
         # Unchanged: the sitemaps and the page without lastmod are read, no other page.
@@ -94,7 +99,14 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
         site.pages["/vpn.html"] = ("text/html", b"<h1>VPN</h1><p>Use the new openvpn profile instead.</p>")
         site.sitemap({"/vpn.html": "2026-02-01", "/faq.txt": None})  # parking dropped
         report = Syncer(client, connector).run()
-        assert report.summary() == {"pushed": 1, "unchanged": 1, "deleted": 1, "failed": 0}
+        assert report.summary() == {
+            "pushed": 1,
+            "unchanged": 1,
+            "deleted": 1,
+            "acl_updated": 0,
+            "groups_synced": 0,
+            "failed": 0,
+        }
         assert live_server.versions(f"{site.url}/vpn.html") == 2
         hits = [r.document_external_id for r in reader.retrieve("where do visitors park").results]
         assert f"{site.url}/parking.html" not in hits
@@ -103,3 +115,90 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
         site.pages["/sitemap.xml"] = ("application/xml", b'<!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>')
         with pytest.raises(SitemapError):
             Syncer(client, connector).run()
+
+
+def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_server: LiveServer, site: Site) -> None:
+    site.pages["/ok.html"] = ("text/html", b"<p>The badge office opens at nine on weekdays.</p>")
+    site.pages["/flaky.txt"] = ("text/plain", b"The flaky page about printer toner.")
+    # /gone.html (lastmod) and /missing.txt (no lastmod: fetched while listing) answer 404.
+    site.sitemap(
+        {"/ok.html": "2026-01-01", "/gone.html": "2026-01-01", "/missing.txt": None, "/flaky.txt": None}
+    )
+    client = Client(live_server.url, live_server.key("ingest"))
+    with httpx.Client() as http:
+        connector = SitemapConnector(
+            f"{site.url}/sitemap.xml", name="site-404", acl=AclIn(public=True), http=http
+        )
+        report = Syncer(client, connector).run()
+        assert (report.pushed, report.failed) == (2, 2)
+        assert "404" in report.errors[f"{site.url}/gone.html"]
+        assert "404" in report.errors[f"{site.url}/missing.txt"]
+        assert sorted(client.connector_state("site-404").documents) == [
+            f"{site.url}/flaky.txt",
+            f"{site.url}/ok.html",
+        ]
+
+        # A recorded page that fails to fetch is not taken for deleted.
+        del site.pages["/flaky.txt"]
+        again = Syncer(client, connector).run()
+        assert (again.deleted, again.failed) == (0, 3)
+        assert f"{site.url}/flaky.txt" in client.connector_state("site-404").documents
+
+        # A sitemap of the index that fails (/more.xml, 404): counted, and nothing is deleted
+        # this run, though flaky.txt is no longer listed.
+        site.sitemap({"/ok.html": "2026-01-01"})
+        site.pages["/sitemap.xml"] = (
+            "application/xml",
+            (
+                '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+                f"<sitemap><loc>{site.url}/pages.xml</loc></sitemap>"
+                f"<sitemap><loc>{site.url}/more.xml</loc></sitemap></sitemapindex>"
+            ).encode(),
+        )
+        partial = Syncer(client, connector).run()
+        assert partial.deleted == 0 and f"{site.url}/more.xml" in partial.errors
+        assert f"{site.url}/flaky.txt" in client.connector_state("site-404").documents
+
+
+def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(live_server: LiveServer, site: Site) -> None:
+    repo = Path(__file__).resolve().parents[3]
+    site.pages["/ok.html"] = ("text/html", b"<p>The badge office opens at nine on weekdays.</p>")
+    site.sitemap({"/ok.html": "2026-01-01", "/gone.html": "2026-01-01"})
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(repo),
+        "RAGLINE_API_URL": live_server.url,
+        "RAGLINE_API_KEY": live_server.key("ingest"),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "connect",
+        "sitemap",
+        f"{site.url}/sitemap.xml",
+        "--tenant",
+        "acme",
+    ]
+    run = subprocess.run(
+        [*argv, "--public", "--json"],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "pushed": 1,
+        "unchanged": 0,
+        "deleted": 0,
+        "acl_updated": 0,
+        "groups_synced": 0,
+        "failed": 1,
+    }
+    assert f"failed {site.url}/gone.html" in run.stderr and "404" in run.stderr
+    # Readers must be named: neither --acl nor --public is an error before anything is fetched.
+    bare = subprocess.run(argv, env=env, cwd=repo, capture_output=True, text=True, timeout=60, check=False)
+    assert bare.returncode == 2 and "one of the arguments --acl --public is required" in bare.stderr
