@@ -61,7 +61,15 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "method_not_allowed",
         "Method Not Allowed",
     ),
-    422: ("The request failed validation.", "invalid_request", "request validation failed"),
+    422: (
+        "The request failed validation: `invalid_request` with `details` naming each field at fault"
+        ' (unknown fields, lax types such as `"yes"` for a boolean, NUL or a lone UTF-16 surrogate'
+        " in text, NaN or Infinity); `all_documents_rejected` with `rejections` when every document of"
+        " a push was rejected (one bad document is a rejection in a 202); `unsupported_type` for an"
+        " upload the server cannot parse; `invalid_input` for a value the route itself refuses.",
+        "invalid_request",
+        "request validation failed",
+    ),
     429: (
         "The key is over its request rate or concurrency limit; retry after `Retry-After` seconds.",
         "rate_limited",
