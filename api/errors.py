@@ -19,6 +19,7 @@ from fastapi.routing import iter_route_contexts
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from catalog.db import DeadlinePassed
 from core import metrics, validation
 from core.context import request_id_var
 from core.errors import BatchRejectedError, RaglineError, RateLimitedError
@@ -185,6 +186,13 @@ def install_error_handlers(app: FastAPI) -> None:
             for e in errors
         ]
         return _response(422, "invalid_request", "request validation failed", details=details)
+
+    @app.exception_handler(DeadlinePassed)
+    async def _deadline(_: Request, exc: DeadlinePassed) -> JSONResponse:
+        # No connection was free before the request's deadline: the pool is busy, the
+        # database is not down (the middleware answers the same when it gets there first).
+        log.warning("no connection before the request's deadline: %s", exc)
+        return _response(503, "deadline_exceeded", "the request ran past its deadline, retry shortly")
 
     @app.exception_handler(psycopg.OperationalError)
     @app.exception_handler(PoolTimeout)
