@@ -42,7 +42,7 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
     400: (
         "The request body could not be parsed (not JSON, bad encoding, broken multipart).",
         "bad_request",
-        "There was an error parsing the body",
+        "the body is not valid JSON: Expecting value at character 0",
     ),
     401: ("Missing, unknown or revoked API key.", "unauthenticated", "the API key is revoked"),
     403: ("The key lacks the role this route needs.", "forbidden", "this key lacks the 'admin' role"),

@@ -46,7 +46,7 @@ def acl_principal(value: str) -> str:
             f"ACL entry {value!r} must look like user:<id>, group:<id> or service:<id>"
             " (no spaces or control characters)"
         )
-    return value
+    return unicode_text(value, "ACL entry")
 
 
 def group_id(value: str) -> str:
@@ -54,7 +54,7 @@ def group_id(value: str) -> str:
         raise RuleError(
             f"group {value!r} must look like group:<id> (1-200 characters, no spaces or control characters)"
         )
-    return value
+    return unicode_text(value, "group")
 
 
 def principal_id(value: str) -> str:
@@ -66,7 +66,8 @@ def principal_id(value: str) -> str:
 def external_id(value: str) -> str:
     if not EXTERNAL_ID.fullmatch(value):
         raise RuleError(f"external id {value!r} must be 1-512 characters without control characters")
-    return value
+    # A file name that is not UTF-8 reaches Python (argv, os.walk) as lone surrogates.
+    return unicode_text(value, "external id")
 
 
 def no_nul(value: str, what: str = "text") -> str:

@@ -153,3 +153,19 @@ def test_echo_makes_any_text_writable() -> None:
     assert rules.echo("a\ud800b") == "a\\ud800b"
     assert rules.echo("plain é") == "plain é"
     assert rules.echo("a\ud800b").encode("utf-8") == b"a\\ud800b"
+
+
+@pytest.mark.parametrize(
+    ("rule", "value"),
+    [
+        (rules.external_id, "caf\udce9.txt"),  # a Latin-1 file name, as os.walk hands it over
+        (rules.acl_principal, "user:a\ud800"),
+        (rules.group_id, "group:\udfff"),
+        (rules.no_nul, "text\ud800"),
+        (rules.metadata_pair, "team=s\udcffre"),
+    ],
+)
+def test_every_identifier_rule_refuses_a_lone_surrogate(rule, value: str) -> None:  # type: ignore[no-untyped-def]
+    """What the CLI and jobs check too (core/validation.py wraps these), not only the API."""
+    with pytest.raises(rules.RuleError, match="surrogate"):
+        rule(value)
