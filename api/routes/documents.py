@@ -225,16 +225,18 @@ def _upload_fields(*, external_id: str, title: str | None, metadata: str, acl: s
         try:
             parsed[name] = validation.parse_json(text, name)
         except InvalidInputError as exc:
-            raise _form_error((name,), exc.message, "value_error") from None
+            raise _form_error(((name,), exc.message, "value_error")) from None
     try:
         return DocumentIn.model_validate(parsed)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        raise _form_error(error["loc"], error["msg"], error["type"]) from None
+        errors = [(e["loc"], e["msg"], e["type"]) for e in exc.errors(include_url=False)]
+        raise _form_error(*errors) from None
 
 
-def _form_error(loc: tuple[int | str, ...], message: str, kind: str) -> RequestValidationError:
-    return RequestValidationError([{"loc": ("body", *loc), "msg": validation.echo(message), "type": kind}])
+def _form_error(*errors: tuple[tuple[int | str, ...], str, str]) -> RequestValidationError:
+    return RequestValidationError(
+        [{"loc": ("body", *loc), "msg": validation.echo(msg), "type": kind} for loc, msg, kind in errors]
+    )
 
 
 @router.delete(
