@@ -11,9 +11,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from api.admission import AdmissionLimits, AdmissionMiddleware
+from api.deps import checked_parameters
 from api.docs import install_docs
 from api.errors import APP_ERRORS, error_responses, install_error_handlers
 from api.limits import KeyLimiter, KeyLimits
@@ -134,6 +135,8 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         responses=error_responses(*APP_ERRORS),
+        # Path and query parameters under the text rule of bodies, on every route.
+        dependencies=[Depends(checked_parameters)],
     )
     install_docs(app)
     app.state.settings = settings

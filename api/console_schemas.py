@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictBool, StringConstraints, model_validator
 
 from api.schemas import FiltersIn, ResultOut, RetrieveOut, Strict
 
@@ -207,7 +207,7 @@ class KeyOut(BaseModel):
 class KeyIn(Strict):
     roles: list[Role] = Field(min_length=1, max_length=4)
     principal_id: PrincipalId | None = None
-    can_delegate: bool = False
+    can_delegate: StrictBool = False
     name: Annotated[str, StringConstraints(max_length=200)] | None = None
 
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
@@ -14,7 +15,8 @@ from api.limits import KeyLimiter
 from authz.oidc import JwtAuthenticator
 from authz.principals import KeyAuthenticator, Principal
 from authz.roles import ADMIN, INGEST, OPERATOR, QUERY, require_any
-from core.errors import AuthenticationError
+from core import validation
+from core.errors import AuthenticationError, InvalidInputError
 from core.settings import Settings
 
 
@@ -95,3 +97,21 @@ OperatorPrincipal = Annotated[Principal, Depends(_role(OPERATOR))]
 JobsPrincipal = Annotated[Principal, Depends(_role(INGEST, OPERATOR))]
 # Either: routes that answer both, each with what its role may see (status, key creation).
 AdminOrOperator = Annotated[Principal, Depends(_role(ADMIN, OPERATOR))]
+
+
+async def checked_parameters(request: Request) -> None:
+    """Path and query parameters under the text rule of bodies (``Strict``): Unicode text
+    without NUL, which PostgreSQL cannot store. Installed on the app, so it runs for every
+    route (a NUL in ``/v1/admin/index/versions/{version_id}:quality`` was a 500)."""
+    problems = []
+    places = [("path", name, value) for name, value in request.path_params.items()]
+    places += [("query", name, value) for name, value in request.query_params.multi_items()]
+    for where, name, value in places:
+        if not isinstance(value, str):
+            continue
+        try:
+            validation.no_nul(value, name)
+        except InvalidInputError as exc:
+            problems.append({"loc": (where, name), "msg": exc.message, "type": "value_error"})
+    if problems:
+        raise RequestValidationError(problems)

@@ -15,10 +15,12 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from core import metrics
+from catalog.db import DeadlinePassed
+from core import metrics, validation
 from core.context import request_id_var
 from core.errors import BatchRejectedError, RaglineError, RateLimitedError
 from ragline_client.models import ErrorBody, ErrorDetail, RejectionOut, ValidationIssue
@@ -40,7 +42,7 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
     400: (
         "The request body could not be parsed (not JSON, bad encoding, broken multipart).",
         "bad_request",
-        "There was an error parsing the body",
+        "the body is not valid JSON: Expecting value at character 0",
     ),
     401: ("Missing, unknown or revoked API key.", "unauthenticated", "the API key is revoked"),
     403: ("The key lacks the role this route needs.", "forbidden", "this key lacks the 'admin' role"),
@@ -60,7 +62,15 @@ _ERRORS: dict[int, tuple[str, str, str]] = {
         "method_not_allowed",
         "Method Not Allowed",
     ),
-    422: ("The request failed validation.", "invalid_request", "request validation failed"),
+    422: (
+        "The request failed validation: `invalid_request` with `details` naming each field at fault"
+        ' (unknown fields, lax types such as `"yes"` for a boolean, NUL or a lone UTF-16 surrogate'
+        " in text, NaN or Infinity); `all_documents_rejected` with `rejections` when every document of"
+        " a push was rejected (one bad document is a rejection in a 202); `unsupported_type` for an"
+        " upload the server cannot parse; `invalid_input` for a value the route itself refuses.",
+        "invalid_request",
+        "request validation failed",
+    ),
     429: (
         "The key is over its request rate or concurrency limit; retry after `Retry-After` seconds.",
         "rate_limited",
@@ -110,12 +120,48 @@ def _response(
     metrics.ERRORS.labels(code).inc()
     body: dict[str, object] = {"code": code, "message": message, "request_id": request_id_var.get()}
     body.update(extra)
+    body = _encodable(body)  # whatever a message quotes, the answer can be written
     out = dict(headers or {})
     if status == 401:
         out["WWW-Authenticate"] = "Bearer"
     if status == 503:
         out.setdefault("Retry-After", RETRY_AFTER_SECONDS)
     return JSONResponse({"error": body}, status_code=status, headers=out or None)
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with every string made writable as UTF-8 (a lone surrogate the client sent,
+    quoted in a message or a ``loc``, would make the JSON encoder fail: a 500)."""
+    if isinstance(value, str):
+        return validation.echo(value)
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    return value
+
+
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the routes of ``app`` answer at ``path``: of every route whose path
+    matches, not only the first. (Starlette's 405 names the first match's methods, so
+    ``/v1/admin/keys`` said ``Allow: GET`` though it takes POST, and ``.../acl`` said DELETE.)"""
+    methods: set[str] = set()
+    for route in iter_route_contexts(app.routes):
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and route.methods and regex.match(path):
+            methods |= set(route.methods)
+    return sorted(methods)
+
+
+def _json_error_message(errors: list[dict[str, Any]]) -> str | None:
+    """The parser's complaint when the body is not JSON at all, else ``None``."""
+    for error in errors:
+        if error.get("type") == "json_invalid":
+            loc = error.get("loc", ())
+            where = f" at character {loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], int) else ""
+            reason = (error.get("ctx") or {}).get("error", "JSON decode error")
+            return f"the body is not valid JSON: {reason}{where}"
+    return None
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -131,11 +177,22 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        unparsable = _json_error_message(errors)
+        if unparsable is not None:  # not JSON at all: the body does not parse (400, as documented)
+            return _response(400, "bad_request", unparsable)
         details = [
             {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
+            for e in errors
         ]
         return _response(422, "invalid_request", "request validation failed", details=details)
+
+    @app.exception_handler(DeadlinePassed)
+    async def _deadline(_: Request, exc: DeadlinePassed) -> JSONResponse:
+        # No connection was free before the request's deadline: the pool is busy, the
+        # database is not down (the middleware answers the same when it gets there first).
+        log.warning("no connection before the request's deadline: %s", exc)
+        return _response(503, "deadline_exceeded", "the request ran past its deadline, retry shortly")
 
     @app.exception_handler(psycopg.OperationalError)
     @app.exception_handler(PoolTimeout)
@@ -146,11 +203,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return _response(503, "database_unavailable", "the database is unavailable, retry shortly")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
         code = codes.get(exc.status_code, "http_error")
-        # Keep the exception's headers: a 405 says which methods the path allows (Allow).
-        return _response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # OPTIONS included: Allow from every route at this path
+            headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope["path"]))
+        return _response(exc.status_code, code, str(exc.detail), headers=headers)
 
     # Unexpected exceptions become a 500 in RequestContextMiddleware, inside the request
     # id's scope, so that answer carries the id too (Starlette's ServerErrorMiddleware sits

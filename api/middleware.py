@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core import metrics
@@ -27,8 +28,14 @@ def error_body(code: str, message: str, request_id: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message, "request_id": request_id}}).encode()
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """A streamed body went past the limit. An ``HTTPException`` because it is raised inside
+    the route's body read, where FastAPI turns any other exception into a 400 ("error
+    parsing the body"); this one reaches the 413 handler. Caught here too, for a read that
+    happens outside a route."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds {limit} bytes")
 
 
 class RequestContextMiddleware:
@@ -66,7 +73,8 @@ class RequestContextMiddleware:
                 return
             await self.app(scope, self._counting(receive, limit), self._with_header(tracking, rid, started))
         except _TooLarge:
-            await self._refuse(send, rid, limit)
+            if not started_response:
+                await self._refuse(send, rid, limit)
         except Exception as exc:
             # Any exception no handler translated: a 500 in the shared body, with the request
             # id, answered here so the connection stays usable (nothing is re-raised).
@@ -87,7 +95,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge
+                    raise _TooLarge(limit)
             return message
 
         return wrapped

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictInt, StringConstraints, create_model
 
 from core.settings import MIN_CONTEXT_TOKENS
 from ragline_client.models import (
@@ -117,8 +117,14 @@ __all__ = [
 ]
 
 
+# Any JSON value, documented as a ``DocumentIn``: the route validates each document on its
+# own, so a bad one (not even an object) is one rejection and the rest of the batch is kept.
+PushedDocument = Annotated[object, PlainValidator(lambda value: value, json_schema_input_type=DocumentIn)]
+
+
 class PushRequest(Strict):
-    documents: list[dict] = Field(min_length=1)
+    PER_ITEM = frozenset({"documents"})
+    documents: list[PushedDocument] = Field(min_length=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +151,9 @@ def retrieve_in_model(limits: RetrieveLimits) -> type[RetrieveInBase]:
         __doc__="A retrieval request; the bounds of top_k, query and max_context_tokens are this"
         " deployment's settings.",
         query=(query, ...),
-        top_k=(int, Field(limits.default_top_k, ge=1, le=limits.max_top_k)),
+        top_k=(StrictInt, Field(limits.default_top_k, ge=1, le=limits.max_top_k)),
         max_context_tokens=(
-            int,
+            StrictInt,
             Field(limits.default_context_tokens, ge=MIN_CONTEXT_TOKENS, le=limits.max_context_tokens),
         ),
     )

@@ -110,34 +110,47 @@ def applied_migrations(conn: psycopg.Connection) -> list[int]:
     return [r[0] for r in rows]
 
 
+class DeadlinePassed(PoolTimeout):
+    """The request's deadline came before a connection was free: the request ran out of time
+    (the API answers 503 ``deadline_exceeded``), which says nothing about the database."""
+
+
 class DeadlinePool(ConnectionPool):
     """A pool whose waits for a connection end at the request's deadline, and fail fast
     while the database is down.
 
     ``deadline_var`` is set by the API's admission middleware and copied into the worker
     thread that runs a sync route, so every ``pool.connection()`` on the request path waits
-    at most until the request must answer (a PoolTimeout, answered 503), never the pool's
-    own ``timeout`` after it. Once a connection attempt has failed (or a wait ran out) and no
-    checkout has succeeded since, a wait lasts at most ``_FAILING_WAIT_S``: through an outage
-    requests get their 503 at once instead of each holding a worker until its deadline. A
-    long wait is taken in slices of ``_WAIT_SLICE_S`` so one that began before the outage
-    was noticed is cut short too (each slice queues again: only waits over a second, i.e. an
-    exhausted pool, lose their place in line).
+    at most until the request must answer (:class:`DeadlinePassed`, answered 503), never the
+    pool's own ``timeout`` after it. Once a connection attempt has failed and no checkout has
+    succeeded since, a wait lasts at most ``_FAILING_WAIT_S``: through an outage requests get
+    their 503 at once instead of each holding a worker until its deadline. A long wait is
+    taken in slices of ``_WAIT_SLICE_S`` so one that began before the outage was noticed is
+    cut short too (each slice queues again: only waits over a second, i.e. an exhausted pool,
+    lose their place in line).
+
+    Only failed connection attempts mean "down". A wait that merely ran out does not: it used
+    to, and that made the pool cut everyone's waits to half a second after one request asked
+    for a connection past its deadline (psycopg_pool refuses such a wait at once, even with a
+    connection free) while PostgreSQL was fine. The next checkout that had to wait for the
+    pool to open a connection (it starts at one and grows on demand; a connection took longer
+    than 0.5 s to open on the loaded test machine) then failed: the fuzz suite's one spurious
+    503 ``database_unavailable`` (tests/integration/catalog/test_deadline_pool.py).
     """
 
-    _failing = False
     _errors_seen = 0
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection:
         wait = self.timeout if timeout is None else timeout
         deadline = deadline_var.get()
+        by_deadline = deadline is not None and deadline - time.monotonic() < wait
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
         start = time.monotonic()
         end = start + max(0.0, wait)
         while True:
             errors = self.get_stats().get("connections_errors", 0)
-            failing = self._failing or errors > self._errors_seen
+            failing = errors > self._errors_seen  # attempts failed since the last checkout
             left = max(0.0, end - time.monotonic())
             try:
                 conn: psycopg.Connection = super().getconn(
@@ -145,13 +158,11 @@ class DeadlinePool(ConnectionPool):
                 )
             except PoolTimeout:
                 if failing or time.monotonic() >= end - 0.001:
-                    self._failing = True
                     # the whole wait, as psycopg_pool reports its own, not the last slice's
-                    raise PoolTimeout(
-                        f"couldn't get a connection after {time.monotonic() - start:.2f} sec"
-                    ) from None
+                    message = f"couldn't get a connection after {time.monotonic() - start:.2f} sec"
+                    raise (DeadlinePassed if by_deadline and not failing else PoolTimeout)(message) from None
                 continue
-            self._failing, self._errors_seen = False, errors
+            self._errors_seen = errors
             return conn
 
 

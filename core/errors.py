@@ -35,6 +35,12 @@ class InvalidInputError(RaglineError):
     http_status = 422
 
 
+class UnsupportedTypeError(InvalidInputError):
+    """A document's content type is not one the server parses (or cannot be told)."""
+
+    code = "unsupported_type"
+
+
 class BatchRejectedError(InvalidInputError):
     """Every document of a push was rejected; ``rejections`` says why, one per document."""
 

@@ -32,11 +32,13 @@ __all__ = [
     "MIN_DATE",
     "PRINCIPAL_ID",
     "acl_principal",
+    "echo",
     "external_id",
     "filter_instant",
     "group_id",
     "metadata_pair",
     "no_nul",
+    "parse_json",
     "principal_id",
 ]
 
@@ -68,6 +70,15 @@ def external_id(value: str) -> str:
 
 def no_nul(value: str, what: str = "text") -> str:
     return _checked(lambda: rules.no_nul(value, what))
+
+
+def parse_json(text: str, what: str) -> object:
+    """A JSON form field: finite numbers, bounded nesting, Unicode text (``rules.parse_json``)."""
+    return _checked(lambda: rules.parse_json(text, what))
+
+
+# Text safe to send back or log, whatever the client sent (a lone surrogate is escaped).
+echo = rules.echo
 
 
 def filter_instant(value: datetime | date) -> datetime:

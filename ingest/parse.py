@@ -14,6 +14,7 @@ from core.records import ParsedDocument, SourceDocument
 from ingest import html, markdown, pdf, text
 from ingest.decoding import decode_text
 from ingest.limits import reject_binary
+from ragline_client.models import MIME_TYPES, mime_for_name
 
 PDF = "application/pdf"
 HTML = "text/html"
@@ -124,3 +125,27 @@ def _looks_like_text(data: bytes) -> bool:
         return False
     controls = sum(1 for char in decoded if ord(char) < 32 and char not in "\n\t\f")
     return controls / len(decoded) <= _MAX_CONTROL_SHARE
+
+
+def detect_mime(head: bytes, *, filename: str | None, part_type: str | None) -> str | None:
+    """The content type of an upload sent without one, from what the server can see.
+
+    In order: the ``%PDF-`` magic in ``head`` (the file's first KiB); the file name's suffix;
+    the multipart part's own ``Content-Type`` when it names a type the server parses; plain
+    text when ``head`` reads as text. The suffix's answer is returned even when it is a type
+    the server does not parse (``.docx``), so the caller can name it in its refusal.
+
+    Returns:
+        A normalised content type, or ``None`` when nothing tells (binary bytes, no name).
+    """
+    if _PDF_MAGIC in head[:_MAGIC_WINDOW]:
+        return PDF
+    by_name = mime_for_name(filename) if filename else None
+    if by_name is not None:
+        return _normalise(by_name)
+    if part_type and _normalise(part_type) in MIME_TYPES:
+        return _normalise(part_type)
+    # The window may end inside a multi-byte character: try it without its last 1-3 bytes.
+    if head.strip() and any(_looks_like_text(head[: len(head) - cut]) for cut in range(4)):
+        return PLAIN
+    return None

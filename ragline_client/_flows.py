@@ -5,7 +5,6 @@ with its own transport, so the request building, batching, polling and parsing i
 from __future__ import annotations
 
 import json
-import mimetypes
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from ragline_client.models import (
     ReadyOut,
     Rejection,
     RetrieveOut,
+    mime_for_name,
 )
 
 T = TypeVar("T")
@@ -251,6 +251,12 @@ class PushResult:
     # Accepted documents to look at, such as ``no_readers`` (an ACL that names nobody).
     warnings: list[PushWarning] = field(default_factory=list)
 
+    @property
+    def job_id(self) -> str | None:
+        """The only job's id (an upload makes one), or the first of several; ``None`` if none
+        was made. Kept for callers of ``upload()``, which answered ``PushResponse`` before."""
+        return self.job_ids[0] if self.job_ids else None
+
 
 def _encode(documents: Iterable[DocumentIn | Mapping[str, Any]]) -> list[tuple[DocumentIn, bytes]]:
     out = []
@@ -350,17 +356,19 @@ def upload(
     metadata: Mapping[str, Any] | None,
     acl: AclIn | None,
     connector: str | None = None,
-) -> Flow[PushResponse]:
-    """One file as multipart, streamed from disk (for files over the JSON body limit)."""
+) -> Flow[PushResult]:
+    """One file as multipart, streamed from disk (for files over the JSON body limit). Without
+    ``mime_type`` the suffix's type is sent when it is one the server parses; otherwise none,
+    and the server detects it from the content (or answers ``unsupported_type``)."""
     mime = mime_type or guess_mime(path)
     fields = {
         "external_id": external_id or path.name,
-        "mime_type": mime,
-        "metadata": json.dumps(dict(metadata or {})),
+        "metadata": json.dumps(dict(metadata or {}), allow_nan=False),
         "acl": (acl or AclIn()).model_dump_json(),
-    } | ({"title": title} if title is not None else {})
+    }
+    fields |= ({"mime_type": mime} if mime else {}) | ({"title": title} if title is not None else {})
     with path.open("rb") as stream:
-        files = {"file": (path.name, stream, mime)}
+        files = {"file": (path.name, stream, mime or "application/octet-stream")}
         call = Call(
             "POST",
             "/v1/documents:upload",
@@ -370,18 +378,18 @@ def upload(
             params=_as_connector(connector),
         )
         answer: PushResponse = yield call
-    return answer
+    return PushResult(
+        job_ids=[answer.job_id] if answer.job_id else [],
+        accepted=answer.accepted,
+        rejections=answer.rejections,
+        warnings=answer.warnings,
+    )
 
 
-_EXTRA_MIME = {".md": "text/markdown", ".markdown": "text/markdown", ".rst": "text/plain"}
-
-
-def guess_mime(path: Path) -> str:
+def guess_mime(path: Path) -> str | None:
     """The MIME type of ``path`` by suffix, if it is one the server parses."""
-    mime = _EXTRA_MIME.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0]
-    if mime not in MIME_TYPES:
-        raise ValueError(f"cannot tell a supported mime_type from {path.name!r}: pass mime_type=")
-    return mime
+    mime = mime_for_name(path.name)
+    return mime if mime in MIME_TYPES else None
 
 
 def wait(

@@ -34,7 +34,6 @@ from ragline_client.models import (
     HealthOut,
     JobOut,
     MeOut,
-    PushResponse,
     ReadyOut,
     RetrieveOut,
 )
@@ -144,9 +143,10 @@ class Client:
         metadata: Mapping[str, Any] | None = None,
         acl: AclIn | None = None,
         connector: str | None = None,
-    ) -> PushResponse:
-        """Stream one file (multipart); ``external_id`` defaults to the file name and
-        ``mime_type`` to what its suffix says."""
+    ) -> PushResult:
+        """Stream one file (multipart); ``external_id`` defaults to the file name, and
+        ``mime_type`` to what its suffix says or else what the server detects. The answer is
+        ``push()``'s (``job_ids``; ``job_id`` is the one job)."""
         return self._run(
             flows.upload(
                 Path(path),
@@ -322,7 +322,7 @@ class AsyncClient:
         metadata: Mapping[str, Any] | None = None,
         acl: AclIn | None = None,
         connector: str | None = None,
-    ) -> PushResponse:
+    ) -> PushResult:
         return await self._run(
             flows.upload(
                 Path(path),

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import mimetypes
 from datetime import date, datetime
-from typing import Annotated, Literal
+from pathlib import PurePath
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +26,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -32,6 +35,16 @@ from ragline_client import rules
 
 MIME_TYPES = ("application/pdf", "text/html", "text/markdown", "text/plain")
 MimeType = Literal["application/pdf", "text/html", "text/markdown", "text/plain"]
+# Suffixes ``mimetypes`` does not know (or knows differently per system) for parsed types.
+_SUFFIX_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".rst": "text/plain"}
+
+
+def mime_for_name(name: str) -> str | None:
+    """The content type a file name's suffix says, if any (it may be one the server does not
+    parse: compare with ``MIME_TYPES``). Shared by the client and the server's upload route."""
+    return _SUFFIX_TYPES.get(PurePath(name).suffix.lower()) or mimetypes.guess_type(name)[0]
+
+
 # The edge's types: one set of rules (ragline_client/rules.py) for the API, the CLI and the jobs.
 AclEntry = Annotated[str, AfterValidator(rules.acl_principal)]
 GroupId = Annotated[str, AfterValidator(rules.group_id)]
@@ -50,7 +63,29 @@ MetaValue = (
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """The base of every request model: unknown fields are refused, every string (dict keys
+    included) must be Unicode text without NUL, every number finite.
+
+    Scalars that decide access or limits are declared ``StrictBool``/``StrictInt``/
+    ``StrictFloat`` (``tests/unit/api/test_request_models.py`` walks every route's body and
+    fails on a lax one). The text rule is checked here, once for every field of every
+    subclass, so a field added later is covered without remembering to; only the fields in
+    ``NUL_ALLOWED`` may hold NUL (a document's text, where the parser strips it and warns).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    NUL_ALLOWED: ClassVar[frozenset[str]] = frozenset()
+    # Fields whose items the route validates one by one (a push's documents), so one bad
+    # item is rejected alone instead of failing the whole body.
+    PER_ITEM: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _text_and_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or "value"
+        if isinstance(value, BaseModel) or name in cls.PER_ITEM:
+            return value  # a nested request model checked its own fields
+        return rules.check_value(value, name, allow_nul=name in cls.NUL_ALLOWED)
 
 
 class AclIn(Strict):
@@ -59,6 +94,17 @@ class AclIn(Strict):
 
 
 class DocumentIn(Strict):
+    NUL_ALLOWED = frozenset({"text"})
+    model_config = ConfigDict(
+        # What the per-document checks require, so a schema-valid document is one the
+        # server takes: exactly one body, and a type with base64 content.
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["text"], "not": {"required": ["content_base64"]}},
+                {"required": ["content_base64", "mime_type"], "not": {"required": ["text"]}},
+            ]
+        }
+    )
     external_id: ExternalId
     title: Annotated[SafeText, StringConstraints(max_length=1000)] | None = None
     text: str | None = None
@@ -339,11 +385,11 @@ class RetrieveInBase(Strict):
         }
     )
     query: str
-    top_k: int
+    top_k: StrictInt
     mode: SearchMode = Field("hybrid", description='"bm25" is accepted as another name for "lexical"')
     filters: FiltersIn = Field(default_factory=FiltersIn)
-    rerank: bool | None = None
-    max_context_tokens: int
+    rerank: StrictBool | None = None
+    max_context_tokens: StrictInt
     expand: Literal["none", "parent"] = "none"
     as_principal: PrincipalId | None = None
 
@@ -536,8 +582,7 @@ class ErrorBody(BaseModel):
 # --- admin, identity and connector state ------------------------------------------------------
 
 
-class GroupsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GroupsBody(Strict):
     groups: list[GroupId] = Field(default_factory=list, max_length=10_000)
 
 

@@ -5,12 +5,19 @@ wire models (this package, which the server imports), the server's CLI and jobs
 Every pattern is matched with ``fullmatch``: ``re.match`` with ``$`` accepts a trailing
 newline, which would make ``user:alice\\n`` a second principal. PostgreSQL text cannot hold
 NUL, so every string bound for it is checked here, at the edge, and a bad one is a 422 for
-that item instead of a 500 for the batch.
+that item instead of a 500 for the batch. The same goes for text that is not Unicode at all
+(a lone UTF-16 surrogate, which JSON's ``\\ud800`` escape can carry but UTF-8 cannot encode)
+and for numbers JSON cannot hold (``NaN``, ``Infinity``, ``1e999``, which Python's parser
+accepts): ``check_value`` refuses both anywhere in a value, and ``parse_json`` refuses them
+while parsing a JSON form field.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, time
 
 
@@ -39,7 +46,7 @@ def acl_principal(value: str) -> str:
             f"ACL entry {value!r} must look like user:<id>, group:<id> or service:<id>"
             " (no spaces or control characters)"
         )
-    return value
+    return unicode_text(value, "ACL entry")
 
 
 def group_id(value: str) -> str:
@@ -47,7 +54,7 @@ def group_id(value: str) -> str:
         raise RuleError(
             f"group {value!r} must look like group:<id> (1-200 characters, no spaces or control characters)"
         )
-    return value
+    return unicode_text(value, "group")
 
 
 def principal_id(value: str) -> str:
@@ -59,14 +66,107 @@ def principal_id(value: str) -> str:
 def external_id(value: str) -> str:
     if not EXTERNAL_ID.fullmatch(value):
         raise RuleError(f"external id {value!r} must be 1-512 characters without control characters")
-    return value
+    # A file name that is not UTF-8 reaches Python (argv, os.walk) as lone surrogates.
+    return unicode_text(value, "external id")
 
 
 def no_nul(value: str, what: str = "text") -> str:
-    """``value`` unless it holds a NUL character, which PostgreSQL text cannot store."""
+    """``value`` unless it holds a NUL character, which PostgreSQL text cannot store, or is
+    not Unicode text (``unicode_text``)."""
     if "\x00" in value:
         raise RuleError(f"{what} contains a NUL character")
+    return unicode_text(value, what)
+
+
+# A code point in U+D800..U+DFFF in a Python str is half of a UTF-16 pair on its own:
+# ``json.loads('"\\ud800"')`` makes one, and nothing downstream can encode it.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def unicode_text(value: str, what: str = "text") -> str:
+    """``value`` if it is Unicode text (UTF-8 can encode it), else :class:`RuleError`."""
+    found = _SURROGATE.search(value)
+    if found:
+        raise RuleError(
+            f"{what} contains a lone UTF-16 surrogate (U+{ord(found.group()):04X}) at character"
+            f" {found.start()}: not valid Unicode text"
+        )
     return value
+
+
+def check_value(value: object, what: str = "value", *, allow_nul: bool = False) -> object:
+    """``value`` unchanged if every string in it (dict keys included) is Unicode text, without
+    NUL unless ``allow_nul``, and every float is finite; else :class:`RuleError` naming the
+    place, e.g. ``metadata['k']``. Iterative, so no nesting depth can overflow the stack."""
+    for place, item in _leaves(value, what):
+        if isinstance(item, str):
+            unicode_text(item, place)
+            if not allow_nul:
+                no_nul(item, place)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise RuleError(f"{place} is {item!r}: numbers must be finite (JSON has no NaN or Infinity)")
+    return value
+
+
+def _leaves(value: object, what: str) -> Iterator[tuple[str, object]]:
+    stack: list[tuple[str, object]] = [(what, value)]
+    while stack:
+        place, item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                yield f"{place} key", key
+                stack.append((f"{place}[{echo(key) if isinstance(key, str) else key!r}]", inner))
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend((f"{place}[{i}]", inner) for i, inner in enumerate(item))
+        else:
+            yield place, item
+
+
+def echo(value: str) -> str:
+    """``value`` safe to send back in an answer or a log line: a lone surrogate (which no
+    encoder can write) becomes its ``\\udXXX`` escape; anything else is unchanged."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8") if _SURROGATE.search(value) else value
+
+
+# Deeper than anything a metadata map or an ACL needs, far below the parser's recursion limit.
+MAX_JSON_DEPTH = 32
+
+
+def parse_json(text: str, what: str) -> object:
+    """A JSON form field parsed as JSON allows: no ``NaN``/``Infinity`` (nor a number such as
+    ``1e999`` that overflows to one), nesting at most ``MAX_JSON_DEPTH`` deep, and text that
+    is Unicode. Any failure is :class:`RuleError` naming ``what``."""
+
+    def constant(name: str) -> object:
+        raise RuleError(f"{what}: {name} is not a JSON number (numbers must be finite)")
+
+    def finite(number: str) -> float:
+        parsed = float(number)
+        if not math.isfinite(parsed):
+            raise RuleError(f"{what}: {number[:40]} is out of range (numbers must be finite)")
+        return parsed
+
+    try:
+        value = json.loads(text, parse_constant=constant, parse_float=finite)
+    except RecursionError:
+        raise RuleError(f"{what} nests too deeply (at most {MAX_JSON_DEPTH} levels)") from None
+    except json.JSONDecodeError as exc:
+        raise RuleError(f"{what} is not valid JSON: {exc.msg} at character {exc.pos}") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise RuleError(f"{what} nests too deeply (at most {MAX_JSON_DEPTH} levels)")
+    check_value(value, what)
+    return value
+
+
+def _depth(value: object) -> int:
+    deepest = 0
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            stack.extend((inner, depth + 1) for inner in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def filter_instant(value: datetime | date) -> datetime:

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from api.deps import AdminOrOperator, AdminPrincipal, OperatorPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
-from api.schemas import GroupsBody, GroupsOut, JobOut, NodeStatusOut, ShardStatusOut, StatusOut
+from api.schemas import GroupsBody, GroupsOut, JobOut, NodeStatusOut, ShardStatusOut, StatusOut, Strict
 from authz.api_keys import validate_principal_id
 from catalog import audit
 from catalog import principals as repo
@@ -65,20 +65,19 @@ def status(request: Request, admin: AdminOrOperator, pool: PoolDep, settings: Se
     return out
 
 
-class ReembedIn(BaseModel):
+class ReembedIn(Strict):
     """A model migration: the target model and how to build and gate its version."""
 
-    model_config = ConfigDict(extra="forbid")
     model: str = Field(min_length=1, max_length=1000, description="a sentence-transformers folder or name")
     chunking: str | None = Field(
         None, pattern=r"^\d{1,5}/\d{1,5}$", description="TOKENS/OVERLAP: re-chunk from the stored parsed text"
     )
     index_kind: Literal["flat", "hnsw", "ivfpq"] | None = None
-    shards: int | None = Field(None, ge=1, le=1024)
+    shards: StrictInt | None = Field(None, ge=1, le=1024)
     gate_dataset: str | None = Field(None, max_length=4096, description="a BEIR folder on the server")
-    gate_tolerance: float | None = Field(None, ge=0.0, le=1.0)
+    gate_tolerance: StrictFloat | None = Field(None, ge=0.0, le=1.0)
     query_file: str | None = Field(None, max_length=4096, description="tenant<TAB>query lines on the server")
-    force: bool = Field(False, description="swap even when the gate fails; recorded in the audit log")
+    force: StrictBool = Field(False, description="swap even when the gate fails; recorded in the audit log")
 
 
 @router.post(

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import uuid
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from api.deps import IngestPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.routes.connectors import CONNECTOR_NAME
 from api.schemas import (
-    AclIn,
+    MIME_TYPES,
     AclUpdate,
     AclView,
     DocumentAclOut,
@@ -30,8 +31,9 @@ from catalog import audit
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from core import validation
-from core.errors import BatchRejectedError, InvalidInputError, PayloadTooLargeError
+from core.errors import BatchRejectedError, InvalidInputError, PayloadTooLargeError, UnsupportedTypeError
 from core.records import Acl
+from ingest.parse import detect_mime
 from jobs.operations import queue_ingest
 from wiring import queue_policy
 
@@ -50,25 +52,19 @@ ConnectorQuery = Annotated[
 ]
 
 
-def _validate_items(raw: list[dict], limit: int) -> tuple[list[jobs_repo.NewItem], list[Rejection]]:
+def _validate_items(raw: list[object], limit: int) -> tuple[list[jobs_repo.NewItem], list[Rejection]]:
     items: list[jobs_repo.NewItem] = []
     rejections: list[Rejection] = []
     seen: set[str] = set()
     for index, entry in enumerate(raw):
         ext = entry.get("external_id") if isinstance(entry, dict) else None
-        ext_str = ext if isinstance(ext, str) else None
+        ext_str = validation.echo(ext) if isinstance(ext, str) else None
         try:
             doc = DocumentIn.model_validate(entry)
             content = doc.content()
         except (ValidationError, ValueError) as exc:
-            message = (
-                "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-                if isinstance(exc, ValidationError)
-                else str(exc)
-            )
-            rejections.append(
-                Rejection(index=index, external_id=ext_str, code="invalid_document", message=message)
-            )
+            code, message = _rejection(exc)
+            rejections.append(Rejection(index=index, external_id=ext_str, code=code, message=message))
             continue
         if doc.external_id in seen:
             rejections.append(
@@ -93,6 +89,23 @@ def _validate_items(raw: list[dict], limit: int) -> tuple[list[jobs_repo.NewItem
         seen.add(doc.external_id)
         items.append(_new_item(doc, content, None))
     return items, rejections
+
+
+def _rejection(exc: ValueError) -> tuple[str, str]:
+    """The code and message of a document that failed validation; every part of the message
+    is safe to encode (a field name or value may hold a lone surrogate)."""
+    if not isinstance(exc, ValidationError):
+        return "invalid_document", validation.echo(str(exc))
+    errors = exc.errors(include_url=False)
+    if [tuple(e["loc"]) for e in errors] == [("mime_type",)]:
+        return "unsupported_type", unsupported_type_message(errors[0]["input"])
+    text = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+    return "invalid_document", validation.echo(text)
+
+
+def unsupported_type_message(mime: object) -> str:
+    shown = validation.echo(mime[:100]) if isinstance(mime, str) else repr(mime)[:100]
+    return f"unsupported type {shown!r}: the server parses {', '.join(MIME_TYPES)}"
 
 
 def _new_item(doc: DocumentIn, content: bytes, connector: str | None) -> jobs_repo.NewItem:
@@ -209,26 +222,24 @@ def upload_document(
     settings: SettingsDep,
     file: Annotated[UploadFile, File()],
     external_id: Annotated[str, Form(min_length=1, max_length=512)],
-    mime_type: Annotated[str, Form()],
+    mime_type: Annotated[
+        str | None,
+        Form(
+            max_length=200,
+            description="Optional: detected from the content (PDF magic), the file name's suffix,"
+            " the part's Content-Type or, for text, plain text.",
+        ),
+    ] = None,
     title: Annotated[str | None, Form(max_length=1000)] = None,
-    metadata: Annotated[str, Form(max_length=100_000)] = "{}",
-    acl: Annotated[str, Form(max_length=100_000)] = "{}",
+    metadata: Annotated[str, Form(max_length=100_000, description="a JSON object")] = "{}",
+    acl: Annotated[str, Form(max_length=100_000, description="a JSON object like AclIn")] = "{}",
     connector: ConnectorQuery = None,
 ) -> PushResponse:
-    """A large file, spooled to disk by the multipart parser and staged under the data dir."""
-    try:
-        doc = DocumentIn.model_validate(
-            {
-                "external_id": external_id,
-                "title": title,
-                "content_base64": "",
-                "mime_type": mime_type,
-                "metadata": json.loads(metadata),
-                "acl": AclIn.model_validate(json.loads(acl)).model_dump(),
-            }
-        )
-    except (ValidationError, ValueError) as exc:
-        raise InvalidInputError(f"invalid upload fields: {exc}") from exc
+    """A large file, spooled to disk by the multipart parser and staged under the data dir.
+
+    A type the server does not parse is a 422 ``unsupported_type``."""
+    declared = _declared_type(mime_type)
+    doc = _upload_fields(external_id=external_id, title=title, metadata=metadata, acl=acl)
     staged = settings.upload_dir / uuid.uuid4().hex
     staged.parent.mkdir(parents=True, exist_ok=True)
     with staged.open("wb") as out:
@@ -237,8 +248,17 @@ def upload_document(
     if size > settings.api.max_upload_bytes:
         staged.unlink()
         raise PayloadTooLargeError(f"upload exceeds {settings.api.max_upload_bytes} bytes")
+    mime = declared or _detected_type(staged, file)
+    if mime not in MIME_TYPES:
+        staged.unlink()
+        raise UnsupportedTypeError(
+            unsupported_type_message(mime) if mime else "cannot tell the type of the upload: send mime_type"
+        )
     item = dataclasses.replace(
-        _new_item(doc, b"", connector), payload=None, payload_path=str(staged.resolve()), byte_size=size
+        _new_item(doc.model_copy(update={"mime_type": mime}), b"", connector),
+        payload=None,
+        payload_path=str(staged.resolve()),
+        byte_size=size,
     )
     kept, refused = _refuse_foreign(pool, principal.tenant_id, connector, [item])
     if not kept:
@@ -249,6 +269,43 @@ def upload_document(
         )
     job_id = _submit(request, pool, principal.tenant_id, principal.principal_id, [item])
     return PushResponse(job_id=job_id, accepted=1, rejections=[], warnings=_no_reader_warnings([(0, item)]))
+
+
+def _declared_type(mime_type: str | None) -> str | None:
+    if mime_type is None or not mime_type.strip():
+        return None
+    mime = mime_type.split(";", 1)[0].strip().lower()
+    if mime not in MIME_TYPES:
+        raise UnsupportedTypeError(unsupported_type_message(mime))
+    return mime
+
+
+def _detected_type(staged: Path, file: UploadFile) -> str | None:
+    with staged.open("rb") as stream:
+        head = stream.read(1024)
+    return detect_mime(head, filename=file.filename, part_type=file.content_type)
+
+
+def _upload_fields(*, external_id: str, title: str | None, metadata: str, acl: str) -> DocumentIn:
+    """The upload's form fields as a document (its body is the staged file, its type set
+    later); a bad field is a 422 whose ``details`` name it, as for a JSON body."""
+    parsed: dict[str, object] = {"external_id": external_id, "title": title, "text": ""}
+    for name, text in (("metadata", metadata), ("acl", acl)):
+        try:
+            parsed[name] = validation.parse_json(text, name)
+        except InvalidInputError as exc:
+            raise _form_error(((name,), exc.message, "value_error")) from None
+    try:
+        return DocumentIn.model_validate(parsed)
+    except ValidationError as exc:
+        errors = [(e["loc"], e["msg"], e["type"]) for e in exc.errors(include_url=False)]
+        raise _form_error(*errors) from None
+
+
+def _form_error(*errors: tuple[tuple[int | str, ...], str, str]) -> RequestValidationError:
+    return RequestValidationError(
+        [{"loc": ("body", *loc), "msg": validation.echo(msg), "type": kind} for loc, msg, kind in errors]
+    )
 
 
 @router.delete(

@@ -10,7 +10,7 @@ import time
 import pytest
 from psycopg_pool import PoolTimeout
 
-from catalog.db import DeadlinePool, open_pool
+from catalog.db import DeadlinePassed, DeadlinePool, open_pool
 from core.context import deadline_var
 
 pytestmark = pytest.mark.integration
@@ -77,5 +77,57 @@ def test_a_connection_killed_in_the_pool_is_replaced_not_handed_out(db_url: str)
         with pool.connection() as conn:
             assert conn.info.backend_pid != pid
             assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        pool.close()
+
+
+def test_a_checkout_past_its_deadline_is_deadline_passed_and_harms_no_other(db_url: str) -> None:
+    """The fuzz suite's one spurious 503 ``database_unavailable``, reproduced.
+
+    A request past its deadline asks for a connection (psycopg_pool refuses at once, even
+    with one free). That used to mark the pool "failing", cutting every later wait to 0.5 s
+    until a checkout succeeded; the next checkout that had to wait for the pool to open a
+    connection (slower than 0.5 s to open, as on the loaded machine the fuzz ran on: a slow
+    ``configure`` stands in for it) failed with PostgreSQL up."""
+
+    def slow_open(conn: object) -> None:  # fault injection: a connection slow to open
+        time.sleep(0.8)
+
+    pool = DeadlinePool(db_url, min_size=1, max_size=2, open=False, timeout=30.0, configure=slow_open)
+    pool.open(wait=True, timeout=10.0)
+    try:
+        with pool.connection():  # the only connection is busy: the next must be opened
+            token = deadline_var.set(time.monotonic() - 1.0)  # a request past its deadline
+            try:
+                with pytest.raises(DeadlinePassed):
+                    pool.getconn()
+            finally:
+                deadline_var.reset(token)
+            token = deadline_var.set(time.monotonic() + 5.0)  # a request with time left
+            try:
+                started = time.monotonic()
+                conn = pool.getconn()  # was: PoolTimeout after 0.50 s
+                waited = time.monotonic() - started
+                pool.putconn(conn)
+            finally:
+                deadline_var.reset(token)
+        assert 0.5 < waited < 5.0, waited
+    finally:
+        pool.close()
+
+
+def test_a_wait_that_reaches_the_deadline_is_deadline_passed(db_url: str) -> None:
+    pool = open_pool(db_url, size=1, timeout_s=30.0)
+    try:
+        with pool.connection():
+            token = deadline_var.set(time.monotonic() + 0.2)
+            try:
+                with pytest.raises(DeadlinePassed):
+                    pool.getconn()
+            finally:
+                deadline_var.reset(token)
+            with pytest.raises(PoolTimeout) as plain:  # no deadline: the pool's own timeout
+                pool.getconn(timeout=0.2)
+            assert not isinstance(plain.value, DeadlinePassed)
     finally:
         pool.close()

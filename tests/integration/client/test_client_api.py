@@ -80,9 +80,18 @@ def test_every_method_against_a_real_server(live_server: LiveServer, tmp_path: P
     page = tmp_path / "runbook.md"
     page.write_text("# Failover\n\nPromote the standby with pg_ctl promote, then repoint the pooler.\n")
     up = ingest.upload(page, acl=AclIn(public=True))
-    assert up.accepted == 1 and up.job_id
+    assert up.accepted == 1 and up.job_id and up.job_ids == [up.job_id]  # push()'s answer
     assert ingest.wait(up.job_id, timeout=120).state == "succeeded"
     assert "runbook.md" in _ids(alice, "promote the standby pooler")
+    # No suffix and no mime_type: the server detects plain text instead of refusing.
+    notes = tmp_path / "NOTES"
+    notes.write_text("Rotate the turbine bearings every spring.\n")
+    assert (
+        ingest.wait(ingest.upload(notes, acl=AclIn(public=True)).job_ids[0], timeout=120).state == "succeeded"
+    )
+    with pytest.raises(RaglineError) as refused:
+        ingest.upload(notes, mime_type="application/msword")
+    assert refused.value.code == "unsupported_type"
 
     # Connector state: merged, read back, reset.
     saved = ingest.save_connector_state(
