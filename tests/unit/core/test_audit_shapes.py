@@ -31,5 +31,7 @@ def test_every_action_written_in_the_source_is_registered() -> None:
             written |= set(re.findall(r'action="([a-z_]+\.[a-z_.]+|retrieve)"', path.read_text()))
     assert written, "found no audit writes: the pattern is stale"
     assert written <= set(ACTIONS), sorted(written - set(ACTIONS))
-    every_write_has_via = {a for a, s in ACTIONS.items() if a not in ("retrieve", "admin.retrieve", "schema.migrate")}
+    every_write_has_via = {
+        a for a, s in ACTIONS.items() if a not in ("retrieve", "admin.retrieve", "schema.migrate")
+    }
     assert all("via" in ACTIONS[a].details for a in every_write_has_via)
