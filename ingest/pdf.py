@@ -96,7 +96,7 @@ def parse(data: bytes) -> ParsedDocument:
     if not pages:
         raise ParseError("no page of the PDF could be read", code="corrupt_pdf")
     fonts = _fonts(pages)
-    repeated = _running_lines(pages)
+    repeated = _running_lines(pages, fonts)
     blocks = [block for page in pages for block in _page_blocks(page, fonts, repeated)]
     if not blocks:
         if any(page.has_graphics for page in pages):
@@ -284,24 +284,31 @@ def _is_heading_text(text: str, limit: int) -> bool:
     return len(text) <= limit and bool(_LETTER.search(text))
 
 
-def _running_lines(pages: list[_Page]) -> frozenset[tuple[str, str]]:
+def _running_lines(pages: list[_Page], fonts: _Fonts) -> frozenset[tuple[str, str]]:
     """Lines in the top or bottom margin repeated, digits ignored, on half the pages (3+)."""
     seen: Counter[tuple[str, str]] = Counter()
     for page in pages:
-        keys = {key for region in page.regions for line in region.lines if (key := _margin_key(line, page))}
+        keys = {
+            key for region in page.regions for line in region.lines if (key := _margin_key(line, page, fonts))
+        }
         seen.update(keys)
     threshold = max(3, (len(pages) + 1) // 2)
     return frozenset(key for key, count in seen.items() if count >= threshold)
 
 
-def _margin_key(line: _Line, page: _Page) -> tuple[str, str] | None:
+def _margin_key(line: _Line, page: _Page, fonts: _Fonts) -> tuple[str, str] | None:
     if line.y0 < page.height * _MARGIN_ZONE:
         zone = "top"
     elif line.y1 > page.height * (1 - _MARGIN_ZONE):
         zone = "bottom"
     else:
         return None
-    return zone, " ".join(_DIGITS.sub("", line.text).lower().split())
+    text = line.text.lower()
+    # Digits are ignored so "Page 3 of 9" repeats; not in heading type, where the digits are
+    # what tells "Chapter 1" from "Chapter 2" at the top of each chapter's first page.
+    if _size_key(line.size) not in fonts.heading_levels:
+        text = _DIGITS.sub("", text)
+    return zone, " ".join(text.split())
 
 
 def _page_blocks(page: _Page, fonts: _Fonts, repeated: frozenset[tuple[str, str]]) -> Iterator[Block]:
@@ -309,7 +316,7 @@ def _page_blocks(page: _Page, fonts: _Fonts, repeated: frozenset[tuple[str, str]
         if region.table is not None:
             yield Block(region.table, SectionKind.TABLE, page_start=page.number)
             continue
-        lines = [line for line in region.lines if _margin_key(line, page) not in repeated]
+        lines = [line for line in region.lines if _margin_key(line, page, fonts) not in repeated]
         all_bold = all(line.bold for line in lines)
         run: list[_Line] = []
         run_level = 0
