@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 
 from core.records import ParsedDocument, SectionKind
 from ingest.decoding import decode_text
-from ingest.text import Block, assemble, markdown_table
+from ingest.text import Block, assemble, table_blocks
 
 _DROPPED = frozenset({"script", "style", "nav", "header", "footer", "aside", "noscript", "template"})
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
@@ -53,7 +53,7 @@ def _inline(text: str) -> str:
 
 
 def _cell(parts: list[str]) -> str:
-    return " ".join("".join(parts).split()).replace("|", "\\|")
+    return " ".join("".join(parts).split())
 
 
 class _BlockCollector(HTMLParser):
@@ -212,8 +212,7 @@ class _BlockCollector(HTMLParser):
             return
         rows = [[_cell(cell) for cell in row] for row in self._rows if row]
         self._rows = []
-        if any(any(cell for cell in row) for row in rows):
-            self.blocks.append(Block(markdown_table(rows), SectionKind.TABLE))
+        self.blocks.extend(table_blocks(rows))
 
     def _emit_list(self) -> None:
         lines = []

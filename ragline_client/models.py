@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import date, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -29,8 +29,21 @@ from pydantic import (
 
 from ragline_client import rules
 
-MIME_TYPES = ("application/pdf", "text/html", "text/markdown", "text/plain")
-MimeType = Literal["application/pdf", "text/html", "text/markdown", "text/plain"]
+# What the server parses (ingest/parse.py's PARSERS; the README's supported-formats table).
+MimeType = Literal[
+    "application/pdf",
+    "text/html",
+    "text/markdown",
+    "text/plain",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "text/csv",
+    "image/png",
+    "image/jpeg",
+    "image/tiff",
+]
+MIME_TYPES: tuple[str, ...] = get_args(MimeType)
 # The edge's types: one set of rules (ragline_client/rules.py) for the API, the CLI and the jobs.
 AclEntry = Annotated[str, AfterValidator(rules.acl_principal)]
 GroupId = Annotated[str, AfterValidator(rules.group_id)]

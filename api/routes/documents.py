@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from api.deps import IngestPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.schemas import (
+    MIME_TYPES,
     AclIn,
     AclUpdate,
     AclView,
@@ -42,6 +43,17 @@ def _validate_items(raw: list[dict], limit: int) -> tuple[list[jobs_repo.NewItem
     for index, entry in enumerate(raw):
         ext = entry.get("external_id") if isinstance(entry, dict) else None
         ext_str = ext if isinstance(ext, str) else None
+        mime = entry.get("mime_type") if isinstance(entry, dict) else None
+        if isinstance(mime, str) and mime.split(";", 1)[0].strip().lower() not in MIME_TYPES:
+            rejections.append(
+                Rejection(
+                    index=index,
+                    external_id=ext_str,
+                    code="unsupported_type",
+                    message=f"mime_type {mime[:100]!r} is not one of the supported types",
+                )
+            )
+            continue
         try:
             doc = DocumentIn.model_validate(entry)
             content = doc.content()
