@@ -22,6 +22,8 @@ MIME_BY_SUFFIX = {
     ".jpeg": "image/jpeg",
     ".tif": "image/tiff",
     ".tiff": "image/tiff",
+    ".epub": "application/epub+zip",
+    ".eml": "message/rfc822",
 }
 
 

@@ -35,6 +35,13 @@ def parse(data: bytes) -> ParsedDocument:
     Returns:
         The parsed document; the title comes from ``<title>``, else the first ``<h1>``.
     """
+    blocks, title, warnings = html_blocks(data)
+    return assemble(blocks, title=title, warnings=warnings)
+
+
+def html_blocks(data: bytes) -> tuple[list[Block], str | None, tuple[str, ...]]:
+    """The blocks of an HTML document, its title (``<title>``, else the first ``<h1>``) and
+    the decoding warnings: for formats that embed HTML (EPUB chapters, e-mail bodies)."""
     declared = _META_CHARSET.search(data[:4096])
     text, warnings = decode_text(data, declared_encoding=declared.group(1).decode() if declared else None)
     parser = _BlockCollector()
@@ -45,7 +52,7 @@ def parse(data: bytes) -> ParsedDocument:
         (block.text for block in parser.blocks if block.kind is SectionKind.HEADING and block.level == 1),
         None,
     )
-    return assemble(parser.blocks, title=title, warnings=warnings)
+    return parser.blocks, title, warnings
 
 
 def _inline(text: str) -> str:

@@ -10,12 +10,14 @@ import io
 import zipfile
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import PurePosixPath
 
 from core.errors import ParseError
 from core.records import ParsedDocument, SourceDocument
-from ingest import docx, html, markdown, ocr, pdf, pptx, sheets, text
+from ingest import docx, eml, epub, html, markdown, ocr, pdf, pptx, sheets, text
 from ingest.archive import OLE_MAGIC, ZIP_MAGIC, ole_error
 from ingest.decoding import decode_text
+from ingest.files import MIME_BY_SUFFIX
 from ingest.limits import reject_binary
 from ingest.ocr import OcrOptions
 
@@ -27,6 +29,8 @@ DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 CSV = "text/csv"
+EPUB = "application/epub+zip"
+EML = "message/rfc822"
 PNG = "image/png"
 JPEG = "image/jpeg"
 TIFF = "image/tiff"
@@ -47,12 +51,14 @@ PARSERS: dict[str, Parser] = {
     PPTX: _plain(pptx.parse),
     XLSX: _plain(sheets.parse_xlsx),
     CSV: _plain(sheets.parse_csv),
+    EPUB: _plain(epub.parse),
+    EML: lambda data, options: eml.parse(data, _attachment_parser(options)),
     PNG: ocr.parse_image,
     JPEG: ocr.parse_image,
     TIFF: ocr.parse_image,
 }
 # Formats whose bytes are binary by nature: the binary-content check is for text formats.
-_BINARY = frozenset({PDF, DOCX, PPTX, XLSX, PNG, JPEG, TIFF})
+_BINARY = frozenset({PDF, DOCX, PPTX, XLSX, EPUB, PNG, JPEG, TIFF})
 # A ZIP is told apart by the part only its kind has.
 _ZIP_KINDS = (("word/document.xml", DOCX), ("ppt/presentation.xml", PPTX), ("xl/workbook.xml", XLSX))
 _IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", PNG), (b"\xff\xd8\xff", JPEG), (b"II*\x00", TIFF), (b"MM\x00*", TIFF))
@@ -162,11 +168,39 @@ def _reject_binary(data: bytes) -> None:
     reject_binary(decoded, nuls)
 
 
+def _attachment_parser(options: OcrOptions) -> eml.AttachmentParser:
+    """An e-mail attachment through the same dispatch, one level deep: an attached message
+    is parsed without its own attachments."""
+
+    def parse_attachment(data: bytes, declared: str, name: str) -> ParsedDocument | ParseError | None:
+        mime = _normalise(declared)
+        if mime not in PARSERS or mime == "application/octet-stream":
+            mime = MIME_BY_SUFFIX.get(PurePosixPath(name).suffix.lower(), mime)
+        if mime not in PARSERS:
+            return None
+        try:
+            mime = sniff_mime(data, mime)
+            if mime not in _BINARY:
+                _reject_binary(data)
+            if mime == EML:
+                return eml.parse(data)
+            return PARSERS[mime](data, options) if mime in PARSERS else None
+        except ParseError as exc:
+            return exc
+        except Exception as exc:  # a parser's failure costs the attachment only
+            return ParseError(f"parsing failed: {type(exc).__name__}", code="parse_failed")
+
+    return parse_attachment
+
+
 def _zip_kind(data: bytes) -> str | None:
-    """DOCX, PPTX or XLSX by the part that names the kind; None for any other ZIP."""
+    """DOCX, PPTX, XLSX or EPUB by the part that names the kind; None for any other ZIP."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             names = set(archive.namelist())
+            epub_marker = "mimetype" in names and archive.getinfo("mimetype").file_size < 64
+            if epub_marker and archive.read("mimetype").strip() == EPUB.encode():
+                return EPUB
     except (zipfile.BadZipFile, ValueError, OSError):
         return None
     return next((kind for part, kind in _ZIP_KINDS if part in names), None)

@@ -39,6 +39,8 @@ MimeType = Literal[
     "application/vnd.openxmlformats-officedocument.presentationml.presentation",
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     "text/csv",
+    "application/epub+zip",
+    "message/rfc822",
     "image/png",
     "image/jpeg",
     "image/tiff",

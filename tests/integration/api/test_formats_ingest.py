@@ -11,7 +11,7 @@ import pymupdf
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest.parse import CSV, DOCX, PNG, PPTX, XLSX
+from ingest.parse import CSV, DOCX, EML, EPUB, PNG, PPTX, XLSX
 from tests import hostile_office
 from tests.integration.api.conftest import make_key, wait_job
 from tests.unit.ingest import office_factory
@@ -175,3 +175,42 @@ def test_same_content_in_every_format_answers_with_the_same_top_document(
             for mode in ("dense", "lexical", "hybrid"):
                 top = _search(full_client, reader, query, mode=mode)[0]["document_external_id"]
                 assert top == "facts", (name, query, mode)
+
+
+def test_epub_and_email_through_the_api(full_client: TestClient, db_url: str) -> None:
+    ingest = make_key(db_url, "acme", ["ingest"])
+    reader = make_key(db_url, "acme", ["query"], principal="user:reader")
+    docs = [
+        _doc("manual.epub", office_factory.epub_bytes(), EPUB),
+        _doc("audit.eml", office_factory.eml_bytes(), EML),
+        {
+            **_doc("tagged.eml", office_factory.eml_bytes(attachments=False), EML),
+            "metadata": {"email_to": "x"},
+        },
+        _doc("nested.eml", hostile_office.nested_mime(1000), EML),
+    ]
+    resp = full_client.post("/v1/documents", json={"documents": docs}, headers=_auth(ingest))
+    assert resp.status_code == 202, resp.text
+    job = wait_job(full_client, ingest, resp.json()["job_id"])
+    assert [(e["external_id"], e["code"]) for e in job["errors"]] == [("nested.eml", "mime_too_complex")]
+    skipped = {w["external_id"]: w["warnings"] for w in job["warnings"]}
+    assert "attachment_skipped: bundle.zip (application/zip, unsupported type)" in skipped["audit.eml"]
+
+    lamp = _search(full_client, reader, "lamp cleaned every morning", mode="lexical")[0]
+    assert lamp["document_external_id"] == "manual.epub" and lamp["title"] == "The Lighthouse Manual"
+    assert lamp["section_path"] == ["Chapter 2 title"] and lamp["page_range"] == [2, 2]
+    audit = _search(full_client, reader, "stale keys severity", mode="lexical")
+    assert audit[0]["title"] == "Quarterly audit results"
+    assert audit[0]["metadata"]["email_from"] == "Alice Auditor <alice@example.org>"
+    # The headers are filterable metadata; the connector's own metadata wins over them.
+    by_sender = _search(
+        full_client,
+        reader,
+        "audit issues",
+        mode="lexical",
+        filters={"metadata": {"email_to": ["ops@example.org"]}},
+    )
+    assert {r["document_external_id"] for r in by_sender} == {"audit.eml"}
+    attached = _search(full_client, reader, "database backups thirty five days", mode="lexical")[0]
+    assert attached["document_external_id"] == "audit.eml"
+    assert attached["section_path"] == ["Attachment: handbook.docx", "Storage", "Backups"]

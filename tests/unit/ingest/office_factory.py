@@ -171,3 +171,65 @@ def scanned_pdf(pages: list[list[str] | str]) -> bytes:
             pymupdf.Rect(36, 36, page.rect.width - 36, 36 + (page.rect.width - 72) * 0.4), stream=png
         )
     return doc.tobytes()
+
+
+def epub_bytes(chapters: int = 3) -> bytes:
+    """An EPUB 3 of ``chapters`` chapters; chapter 2 has no heading of its own (its title is
+    in the table of contents only) and a table."""
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("urn:test:book")
+    book.set_title("The Lighthouse Manual")
+    book.set_language("en")
+    items = []
+    for number in range(1, chapters + 1):
+        item = epub.EpubHtml(title=f"Chapter {number} title", file_name=f"ch{number}.xhtml", lang="en")
+        if number == 2:
+            item.content = (
+                "<html><body><p>The lamp is cleaned every morning.</p>"
+                "<table><tr><th>Part</th><th>Interval</th></tr><tr><td>lens</td><td>daily</td></tr></table>"
+                "</body></html>"
+            )
+        else:
+            item.content = (
+                f"<html><body><h1>Chapter {number}: Keepers</h1><p>Chapter {number} tells of the keepers.</p>"
+                "</body></html>"
+            )
+        book.add_item(item)
+        items.append(item)
+    book.toc = tuple(epub.Link(i.file_name, i.title, f"id{n}") for n, i in enumerate(items))
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", *items]
+    out = io.BytesIO()
+    epub.write_epub(out, book)
+    return out.getvalue()
+
+
+def eml_bytes(*, attachments: bool = True) -> bytes:
+    """A message with plain and HTML alternatives, a DOCX, a CSV and a ZIP attached."""
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["Subject"] = "Quarterly audit results"
+    message["From"] = "Alice Auditor <alice@example.org>"
+    message["To"] = "ops@example.org"
+    message["Date"] = "Tue, 01 Dec 2026 09:30:00 +0000"
+    message.set_content("Plain body: the audit found two issues.")
+    message.add_alternative(
+        "<html><body><p>HTML body: the audit found <b>two issues</b>.</p>"
+        "<table><tr><th>Issue</th><th>Severity</th></tr><tr><td>stale keys</td><td>high</td></tr></table>"
+        "</body></html>",
+        subtype="html",
+    )
+    if attachments:
+        message.add_attachment(
+            docx_bytes(),
+            maintype="application",
+            subtype="vnd.openxmlformats-officedocument.wordprocessingml.document",
+            filename="handbook.docx",
+        )
+        message.add_attachment(csv_bytes(rows=2), maintype="text", subtype="csv", filename="cities.csv")
+        message.add_attachment(b"PK\x03\x04zip", maintype="application", subtype="zip", filename="bundle.zip")
+    return message.as_bytes()
