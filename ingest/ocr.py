@@ -105,7 +105,9 @@ def parse_image(data: bytes, options: OcrOptions) -> ParsedDocument:
     pytesseract, image_module = _imports()
     try:
         image = image_module.open(io.BytesIO(data))
-    except (OSError, ValueError, image_module.DecompressionBombError) as exc:
+    except image_module.DecompressionBombError as exc:  # Pillow's own check, from the header
+        raise ParseError(f"the image is too large ({exc})"[:300], code="image_too_large") from exc
+    except (OSError, ValueError) as exc:
         raise ParseError(f"the image cannot be read ({type(exc).__name__})", code="corrupt_document") from exc
     report = OcrReport()
     blocks: list[Block] = []
@@ -130,6 +132,8 @@ def _imports() -> tuple[Any, Any]:
         raise ParseError(
             "OCR needs pytesseract and Pillow: pip install pytesseract", code="ocr_unavailable"
         ) from exc
+    # Pillow refuses (DecompressionBombError) past twice this, warns past it: our limit.
+    Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS // 2
     # Tesseract's OpenMP threads would each compete for the parse workers' cores.
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     return pytesseract, Image

@@ -8,7 +8,11 @@ DOCX encrypted by msoffcrypto-tool (Office's "Encrypt with password").
 from __future__ import annotations
 
 import io
+import struct
 import zipfile
+import zlib
+
+from tests import hostile_factory
 
 LAUGHS = (
     b'<?xml version="1.0"?>\n<!DOCTYPE lolz [<!ENTITY lol "lol">'
@@ -37,15 +41,32 @@ def _replace_part(data: bytes, name: str, body: bytes, *, extra: dict[str, bytes
     return out.getvalue()
 
 
-def zip_bomb(data: bytes, megabytes: int = 2048) -> bytes:
-    """``data`` with a member of ``megabytes`` MiB of zeros (~2 MiB compressed for 2 GiB)."""
+def zip_bomb(data: bytes, megabytes: int = 1024) -> bytes:
+    """``data`` with a member of ``megabytes`` MiB of zeros, ~1 MiB compressed per GiB.
+
+    The deflate stream is one compressed block repeated (``hostile_factory.repeated_flate``);
+    ``zipfile`` cannot write precompressed data, so the member is written stored and its
+    headers are then patched to say deflated, with the real CRC and size.
+    """
+    block = bytes(1 << 20)
+    raw = hostile_factory.repeated_flate(b"", block, megabytes, b"")[2:-4]  # zlib -> raw deflate
+    crc = 0
+    for _ in range(megabytes):
+        crc = zlib.crc32(block, crc)
+    size = megabytes << 20
     out = io.BytesIO(data)
-    with zipfile.ZipFile(out, "a", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
-        with archive.open("word/media/zeros.bin", "w", force_zip64=True) as member:
-            block = bytes(1 << 20)
-            for _ in range(megabytes):
-                member.write(block)
-    return out.getvalue()
+    name = "word/media/zeros.bin"
+    with zipfile.ZipFile(out, "a", zipfile.ZIP_STORED) as archive:
+        archive.writestr(name, raw)
+        offset = archive.getinfo(name).header_offset
+    body = bytearray(out.getvalue())
+    struct.pack_into("<H", body, offset + 8, zipfile.ZIP_DEFLATED)
+    struct.pack_into("<III", body, offset + 14, crc, len(raw), size)
+    central = body.rindex(name.encode()) - 46  # the central directory entry comes last
+    assert body[central : central + 4] == b"PK\x01\x02"
+    struct.pack_into("<H", body, central + 10, zipfile.ZIP_DEFLATED)
+    struct.pack_into("<III", body, central + 16, crc, len(raw), size)
+    return bytes(body)
 
 
 def entity_part(docx: bytes, body: bytes = LAUGHS) -> bytes:
@@ -87,12 +108,19 @@ def million_cell_xlsx(rows: int = 100_000, columns: int = 10) -> bytes:
 
 
 def huge_png(width: int = 20_000, height: int = 20_000) -> bytes:
-    """A 1-bit PNG of ``width`` x ``height`` white pixels: ~60 KB on disk, 400M pixels."""
-    from PIL import Image
+    """A real 1-bit PNG of ``width`` x ``height`` white pixels (400M pixels for the default),
+    its IDAT built from one compressed block (``hostile_factory.repeated_flate``): ~100 KB,
+    in milliseconds."""
+    row = b"\x00" + b"\xff" * ((width + 7) // 8)  # filter type 0, then the packed bits
+    per_block = (1 << 20) // len(row)
+    blocks, rest = divmod(height, per_block)
+    idat = hostile_factory.repeated_flate(b"", row, blocks, row * rest)
 
-    out = io.BytesIO()
-    Image.new("1", (width, height), 1).save(out, format="PNG", optimize=False)
-    return out.getvalue()
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1 bit, grayscale
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
 def nested_mime(depth: int = 1000) -> bytes:
