@@ -124,6 +124,9 @@ class IndexSettings(Section):
     pq_nbits: int = Field(8, ge=4, le=16)
     lexical_stem: bool = True
     lexical_stop_words: bool = True
+    # Per-text language detection + that language's Snowball stemmer, CJK bigrams (index/tokenize.py);
+    # stored with each lexical shard: changing it needs an index rebuild, like lexical_stem.
+    lexical_multilingual: bool = False
     rebuild_tombstone_ratio: float = Field(0.2, gt=0.0, le=1.0)
     rebuild_delta_chunks: int = Field(50_000, ge=1)
     gc_grace_seconds: int = Field(3600, ge=0)
