@@ -21,7 +21,6 @@ from ingest.text import Block, assemble, table_blocks
 
 MAX_SLIDES = 5000
 _MAX_GROUP_DEPTH = 20
-_GROUP: Any = None  # MSO_SHAPE_TYPE.GROUP, once python-pptx is imported
 
 
 def parse(data: bytes) -> ParsedDocument:
@@ -40,7 +39,7 @@ def parse(data: bytes) -> ParsedDocument:
             a presentation, ``too_many_slides`` past ``MAX_SLIDES``.
     """
     open_zip(data).close()
-    pptx = _import()
+    pptx, group = _import()
     try:
         presentation = pptx.Presentation(io.BytesIO(data))
     except (KeyError, ValueError) as exc:
@@ -56,7 +55,7 @@ def parse(data: bytes) -> ParsedDocument:
         title = " ".join(title_shape.text_frame.text.split()) if title_shape is not None else ""
         first_title = first_title or title or None
         blocks.append(Block(title or f"Slide {number}", SectionKind.HEADING, level=1, page_start=number))
-        for shape in _ordered(slide.shapes, 0):
+        for shape in _ordered(slide.shapes, group, 0):
             if title_shape is not None and shape.shape_id == title_shape.shape_id:
                 continue
             blocks.extend(_shape_blocks(shape, number))
@@ -67,8 +66,8 @@ def parse(data: bytes) -> ParsedDocument:
     return assemble(blocks, title=core_title or first_title, page_count=len(slides))
 
 
-def _import() -> Any:
-    global _GROUP
+def _import() -> tuple[Any, Any]:
+    """python-pptx and its group shape type."""
     try:
         import pptx
         from pptx.enum.shapes import MSO_SHAPE_TYPE
@@ -76,17 +75,16 @@ def _import() -> Any:
         raise ParseError(
             "PPTX support needs python-pptx: pip install python-pptx", code="parser_unavailable"
         ) from exc
-    _GROUP = MSO_SHAPE_TYPE.GROUP
-    return pptx
+    return pptx, MSO_SHAPE_TYPE.GROUP
 
 
-def _ordered(shapes: Any, depth: int) -> Iterator[Any]:
+def _ordered(shapes: Any, group: Any, depth: int) -> Iterator[Any]:
     """Shapes top to bottom, then left to right; a group's members in place of the group."""
     if depth > _MAX_GROUP_DEPTH:
         return
     for shape in sorted(shapes, key=lambda s: (s.top or 0, s.left or 0)):
-        if shape.shape_type == _GROUP:
-            yield from _ordered(shape.shapes, depth + 1)
+        if shape.shape_type == group:
+            yield from _ordered(shape.shapes, group, depth + 1)
         else:
             yield shape
 

@@ -156,3 +156,21 @@ def test_unreadable_office_files_get_reason_codes(content: bytes, mime: str, cod
     with pytest.raises(ParseError) as caught:
         parse_document(_doc(content, mime))
     assert caught.value.code == code
+
+
+def test_pptx_grouped_shapes_are_read_inside_their_group() -> None:
+    import io
+
+    import pptx as python_pptx
+    from pptx.util import Inches
+
+    deck = python_pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[5])
+    slide.shapes.title.text = "Architecture"
+    group = slide.shapes.add_group_shape()
+    group.shapes.add_textbox(Inches(1), Inches(4), Inches(3), Inches(1)).text_frame.text = "lower box"
+    group.shapes.add_textbox(Inches(1), Inches(2), Inches(3), Inches(1)).text_frame.text = "upper box"
+    out = io.BytesIO()
+    deck.save(out)
+    parsed = pptx.parse(out.getvalue())
+    assert [s.text for s in parsed.sections] == ["Architecture", "upper box", "lower box"]
