@@ -76,6 +76,9 @@ class ParsedDocument:
     title: str | None = None
     page_count: int = 0
     warnings: tuple[str, ...] = ()
+    # What the file itself says about the document (an e-mail's From/To/Date); the
+    # connector's metadata wins over it. A dict: parse workers pickle the document back.
+    metadata: Metadata = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,12 @@ class IngestSettings(Section):
     isolate_parsing: bool = True
     parse_workers: int = Field(1, ge=1, le=64)  # per pool: the runner's, and each Ray prepare actor's
     parse_memory_mb: int = Field(1024, ge=64)
+    # OCR (Tesseract) of PDF pages without a text layer and of image documents: auto = only
+    # pages with no text, force = every page, off = never (image-only PDFs fail image_only_pdf).
+    ocr: Literal["auto", "off", "force"] = "auto"
+    ocr_languages: str = Field("eng", pattern=r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16}){0,7}$")
+    ocr_page_timeout_seconds: float = Field(60.0, gt=0)
+    ocr_dpi: int = Field(300, ge=72, le=600)
     chunk_tokens: int = Field(256, ge=16, le=8192)
     chunk_overlap: int = Field(32, ge=0)
     embed_batch_size: int = Field(32, ge=1, le=4096)
@@ -126,6 +132,9 @@ class IndexSettings(Section):
     pq_nbits: int = Field(8, ge=4, le=16)
     lexical_stem: bool = True
     lexical_stop_words: bool = True
+    # Per-text language detection + that language's Snowball stemmer, CJK bigrams (index/tokenize.py);
+    # stored with each lexical shard: changing it needs an index rebuild, like lexical_stem.
+    lexical_multilingual: bool = False
     rebuild_tombstone_ratio: float = Field(0.2, gt=0.0, le=1.0)
     rebuild_delta_chunks: int = Field(50_000, ge=1)
     gc_grace_seconds: int = Field(3600, ge=0)

@@ -22,6 +22,17 @@ MIME_BY_SUFFIX = {
     ".txt": "text/plain",
     ".text": "text/plain",
     ".rst": "text/plain",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ".xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    ".csv": "text/csv",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".tif": "image/tiff",
+    ".tiff": "image/tiff",
+    ".epub": "application/epub+zip",
+    ".eml": "message/rfc822",
 }
 
 

@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 
 from core.records import ParsedDocument, SectionKind
 from ingest.decoding import decode_text
-from ingest.text import Block, assemble, markdown_table
+from ingest.text import Block, assemble, table_blocks
 
 _DROPPED = frozenset({"script", "style", "nav", "header", "footer", "aside", "noscript", "template"})
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
@@ -35,6 +35,13 @@ def parse(data: bytes) -> ParsedDocument:
     Returns:
         The parsed document; the title comes from ``<title>``, else the first ``<h1>``.
     """
+    blocks, title, warnings = html_blocks(data)
+    return assemble(blocks, title=title, warnings=warnings)
+
+
+def html_blocks(data: bytes) -> tuple[list[Block], str | None, tuple[str, ...]]:
+    """The blocks of an HTML document, its title (``<title>``, else the first ``<h1>``) and
+    the decoding warnings: for formats that embed HTML (EPUB chapters, e-mail bodies)."""
     declared = _META_CHARSET.search(data[:4096])
     text, warnings = decode_text(data, declared_encoding=declared.group(1).decode() if declared else None)
     parser = _BlockCollector()
@@ -45,7 +52,7 @@ def parse(data: bytes) -> ParsedDocument:
         (block.text for block in parser.blocks if block.kind is SectionKind.HEADING and block.level == 1),
         None,
     )
-    return assemble(parser.blocks, title=title, warnings=warnings)
+    return parser.blocks, title, warnings
 
 
 def _inline(text: str) -> str:
@@ -53,7 +60,7 @@ def _inline(text: str) -> str:
 
 
 def _cell(parts: list[str]) -> str:
-    return " ".join("".join(parts).split()).replace("|", "\\|")
+    return " ".join("".join(parts).split())
 
 
 class _BlockCollector(HTMLParser):
@@ -212,8 +219,7 @@ class _BlockCollector(HTMLParser):
             return
         rows = [[_cell(cell) for cell in row] for row in self._rows if row]
         self._rows = []
-        if any(any(cell for cell in row) for row in rows):
-            self.blocks.append(Block(markdown_table(rows), SectionKind.TABLE))
+        self.blocks.extend(table_blocks(rows))
 
     def _emit_list(self) -> None:
         lines = []

@@ -20,6 +20,7 @@ from typing import Protocol
 from core.errors import ParseError
 from core.records import ParsedDocument, SourceDocument
 from ingest.limits import parse_deadline
+from ingest.ocr import OcrOptions
 from ingest.parse import parse_document
 
 # MuPDF reports an allocation the rlimit refused as "malloc (N bytes) failed" (FzErrorSystem).
@@ -44,6 +45,7 @@ class ParseRequest:
     source: SourceDocument
     timeout_seconds: float
     max_chars: int  # longer text fails with too_many_chunks before it is returned
+    ocr: OcrOptions = OcrOptions()
 
 
 class Parser(Protocol):
@@ -64,7 +66,7 @@ def parse_limited(request: ParseRequest) -> ParsedDocument:
     """
     try:
         with parse_deadline(request.timeout_seconds):
-            parsed = parse_document(request.source)
+            parsed = parse_document(request.source, request.ocr)
     except ParseError as exc:
         if _memory_exhausted(exc):
             raise ParseError(MEMORY_MESSAGE, code=MEMORY_CODE) from None

@@ -42,6 +42,12 @@ def check_deadline() -> None:
         raise ParseError("parsing and chunking took longer than the parse timeout", code="parse_timeout")
 
 
+def remaining_seconds() -> float:
+    """Seconds left before the deadline; infinity outside ``parse_deadline``."""
+    deadline = _DEADLINE.get()
+    return float("inf") if deadline is None else deadline - time.monotonic()
+
+
 def unprinted_share(text: str, removed_nuls: int = 0) -> float:
     """The share of characters that are control characters, NULs or undecodable bytes."""
     total = len(text) + removed_nuls

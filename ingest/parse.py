@@ -6,33 +6,74 @@ returns a ``ParsedDocument`` or raises ``ParseError`` with a stable ``code``.
 
 from __future__ import annotations
 
+import io
+import zipfile
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import PurePosixPath
 
 from core.errors import ParseError
 from core.records import ParsedDocument, SourceDocument
-from ingest import html, markdown, pdf, text
+from ingest import docx, eml, epub, html, markdown, ocr, pdf, pptx, sheets, text
+from ingest.archive import OLE_MAGIC, ZIP_MAGIC, ole_error
 from ingest.decoding import decode_text
+from ingest.files import MIME_BY_SUFFIX
 from ingest.limits import reject_binary
+from ingest.ocr import OcrOptions
 from ragline_client.models import MIME_TYPES, mime_for_name
 
 PDF = "application/pdf"
 HTML = "text/html"
 MARKDOWN = "text/markdown"
 PLAIN = "text/plain"
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CSV = "text/csv"
+EPUB = "application/epub+zip"
+EML = "message/rfc822"
+PNG = "image/png"
+JPEG = "image/jpeg"
+TIFF = "image/tiff"
 
-PARSERS: dict[str, Callable[[bytes], ParsedDocument]] = {
+Parser = Callable[[bytes, OcrOptions], ParsedDocument]
+
+
+def _plain(parse: Callable[[bytes], ParsedDocument]) -> Parser:
+    return lambda data, _ocr: parse(data)
+
+
+PARSERS: dict[str, Parser] = {
     PDF: pdf.parse,
-    HTML: html.parse,
-    MARKDOWN: markdown.parse,
-    PLAIN: text.parse,
+    HTML: _plain(html.parse),
+    MARKDOWN: _plain(markdown.parse),
+    PLAIN: _plain(text.parse),
+    DOCX: _plain(docx.parse),
+    PPTX: _plain(pptx.parse),
+    XLSX: _plain(sheets.parse_xlsx),
+    CSV: _plain(sheets.parse_csv),
+    EPUB: _plain(epub.parse),
+    EML: lambda data, options: eml.parse(data, _attachment_parser(options)),
+    PNG: ocr.parse_image,
+    JPEG: ocr.parse_image,
+    TIFF: ocr.parse_image,
 }
+# Formats whose bytes are binary by nature: the binary-content check is for text formats.
+_BINARY = frozenset({PDF, DOCX, PPTX, XLSX, EPUB, PNG, JPEG, TIFF})
+# A ZIP is told apart by the part only its kind has.
+_ZIP_KINDS = (("word/document.xml", DOCX), ("ppt/presentation.xml", PPTX), ("xl/workbook.xml", XLSX))
+_IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", PNG), (b"\xff\xd8\xff", JPEG), (b"II*\x00", TIFF), (b"MM\x00*", TIFF))
 
 _ALIASES = {
     "application/x-pdf": PDF,
     "application/xhtml+xml": HTML,
     "text/x-markdown": MARKDOWN,
     "text/md": MARKDOWN,
+    "application/csv": CSV,
+    "text/comma-separated-values": CSV,
+    "image/jpg": JPEG,
+    "image/pjpeg": JPEG,
+    "image/tif": TIFF,
 }
 _PDF_MAGIC = b"%PDF-"
 _MAGIC_WINDOW = 1024  # the PDF spec lets the header sit anywhere in the first KiB
@@ -59,6 +100,17 @@ def sniff_mime(data: bytes, declared: str) -> str:
     mime = _normalise(declared)
     if _PDF_MAGIC in data[:_MAGIC_WINDOW]:
         return PDF
+    if data.startswith(ZIP_MAGIC):
+        return _zip_kind(data) or mime
+    if data.startswith(OLE_MAGIC):
+        raise ole_error(data)
+    for magic, image in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return image
+    if mime in _BINARY and mime != PDF and data.strip():
+        if _looks_like_text(data):
+            return PLAIN
+        raise ParseError(f"declared {mime} but the content is not one", code="mislabelled_content")
     if mime == PDF and data.strip():
         if _looks_like_text(data):
             return PLAIN
@@ -66,21 +118,25 @@ def sniff_mime(data: bytes, declared: str) -> str:
     return mime
 
 
-def parse_document(doc: SourceDocument) -> ParsedDocument:
+def parse_document(doc: SourceDocument, ocr_options: OcrOptions | None = None) -> ParsedDocument:
     """Parse a source document with the parser for its (sniffed) content type.
 
     Args:
         doc: The document as the connector pushed it.
+        ocr_options: When and how image-only PDF pages and images are OCR'd (default:
+            ``auto``, English).
 
     Returns:
         The parsed document; a connector-supplied title wins over a parsed one, and a
         corrected content type is reported in ``warnings``.
 
     Raises:
-        ParseError: ``unsupported_mime_type``, ``empty_document``, ``mislabelled_content``,
+        ParseError: ``unsupported_type``, ``empty_document``, ``mislabelled_content``,
             ``binary_content`` (a text format whose bytes are not text), ``parse_timeout``,
-            a parser's own code (``corrupt_pdf``, ``encrypted_pdf``, ``image_only_pdf``) or
-            ``parse_failed`` for anything unexpected. No other exception escapes.
+            a parser's own code (``corrupt_pdf``, ``encrypted_pdf``, ``image_only_pdf``,
+            ``encrypted_document``, ``corrupt_document``, ``zip_bomb``, ``unsafe_xml``,
+            ``too_many_cells``, ``too_many_slides``, ``image_too_large``, ``ocr_failed``)
+            or ``parse_failed`` for anything unexpected. No other exception escapes.
     """
     declared = _normalise(doc.mime_type)
     if not doc.content.strip():
@@ -89,10 +145,10 @@ def parse_document(doc: SourceDocument) -> ParsedDocument:
         mime = sniff_mime(doc.content, doc.mime_type)
         parser = PARSERS.get(mime)
         if parser is None:
-            raise ParseError(f"unsupported content type: {mime[:100]}", code="unsupported_mime_type")
-        if mime != PDF:
+            raise ParseError(f"unsupported content type: {mime[:100]}", code="unsupported_type")
+        if mime not in _BINARY:
             _reject_binary(doc.content)
-        parsed = parser(doc.content)
+        parsed = parser(doc.content, ocr_options or OcrOptions())
     except ParseError:
         raise
     except Exception as exc:  # the contract: only ParseError leaves this function
@@ -111,6 +167,44 @@ def _reject_binary(data: bytes) -> None:
     decoded, warnings = decode_text(data)
     nuls = next((int(w.split()[2]) for w in warnings if w.startswith("stripped_nul")), 0)
     reject_binary(decoded, nuls)
+
+
+def _attachment_parser(options: OcrOptions) -> eml.AttachmentParser:
+    """An e-mail attachment through the same dispatch, one level deep: an attached message
+    is parsed without its own attachments."""
+
+    def parse_attachment(data: bytes, declared: str, name: str) -> ParsedDocument | ParseError | None:
+        mime = _normalise(declared)
+        if mime not in PARSERS or mime == "application/octet-stream":
+            mime = MIME_BY_SUFFIX.get(PurePosixPath(name).suffix.lower(), mime)
+        if mime not in PARSERS:
+            return None
+        try:
+            mime = sniff_mime(data, mime)
+            if mime not in _BINARY:
+                _reject_binary(data)
+            if mime == EML:
+                return eml.parse(data)
+            return PARSERS[mime](data, options) if mime in PARSERS else None
+        except ParseError as exc:
+            return exc
+        except Exception as exc:  # a parser's failure costs the attachment only
+            return ParseError(f"parsing failed: {type(exc).__name__}", code="parse_failed")
+
+    return parse_attachment
+
+
+def _zip_kind(data: bytes) -> str | None:
+    """DOCX, PPTX, XLSX or EPUB by the part that names the kind; None for any other ZIP."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+            epub_marker = "mimetype" in names and archive.getinfo("mimetype").file_size < 64
+            if epub_marker and archive.read("mimetype").strip() == EPUB.encode():
+                return EPUB
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return None
+    return next((kind for part, kind in _ZIP_KINDS if part in names), None)
 
 
 def _normalise(mime: str) -> str:

@@ -218,7 +218,7 @@ def _await_ready(worker: _Worker) -> None:
 
 def _send(conn: Connection, request: ParseRequest) -> None:
     source = request.source
-    conn.send((request.timeout_seconds, request.max_chars, source.mime_type, source.title))
+    conn.send((request.timeout_seconds, request.max_chars, source.mime_type, source.title, request.ocr))
     conn.send_bytes(source.content)  # as is: no pickled copy of a large payload
 
 

@@ -61,12 +61,12 @@ def _reply(conn: Connection, message: object) -> bool:
 def _serve_one(conn: Connection, target: ParseTarget) -> bool:
     """Parse one document; False when the worker should exit."""
     try:
-        timeout, max_chars, mime_type, title = conn.recv()
+        timeout, max_chars, mime_type, title, ocr = conn.recv()
         content = conn.recv_bytes()
     except (EOFError, OSError):  # the parent closed the socket or died
         return False
     _limit_cpu(timeout)
-    request = ParseRequest(SourceDocument("", "", mime_type, content, title), timeout, max_chars)
+    request = ParseRequest(SourceDocument("", "", mime_type, content, title), timeout, max_chars, ocr)
     del content
     reply: ParsedDocument | ParseError
     try:
@@ -92,10 +92,20 @@ def _resolve(name: str) -> ParseTarget:
 def _warm_imports() -> None:
     """Import the parser libraries before the address space is capped: loading a shared
     library under a tight RLIMIT_AS fails."""
-    try:
-        import pymupdf  # noqa: F401
-    except ImportError:
-        pass
+    for module in (
+        "pymupdf",
+        "lxml.etree",
+        "docx",
+        "pptx",
+        "openpyxl",
+        "PIL.Image",
+        "pytesseract",
+        "ebooklib",
+    ):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
 
 
 def _status_kib(field: str) -> int:

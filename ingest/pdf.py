@@ -16,8 +16,10 @@ from typing import Any
 
 from core.errors import ParseError
 from core.records import ParsedDocument, SectionKind
+from ingest import ocr
 from ingest.limits import check_deadline
-from ingest.text import Block, assemble, markdown_table
+from ingest.ocr import OcrOptions, OcrReport
+from ingest.text import Block, assemble, table_blocks
 
 _MARGIN_ZONE = 0.08  # top/bottom share of the page where running headers live
 _HEADING_RATIO = 1.15
@@ -48,7 +50,7 @@ class _Region:
 
     bbox: tuple[float, float, float, float]
     lines: tuple[_Line, ...] = ()
-    table: str | None = None
+    table: tuple[tuple[str, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ class _Page:
     height: float
     regions: tuple[_Region, ...]
     has_graphics: bool
+    ocr: tuple[str, ...] = ()  # the page's OCR'd paragraphs, in place of its regions
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,42 +74,50 @@ class _Fonts:
         return min(len(self.heading_levels) + 1, 6)
 
 
-def parse(data: bytes) -> ParsedDocument:
+def parse(data: bytes, ocr_options: OcrOptions | None = None) -> ParsedDocument:
     """Parse a PDF into sections with page numbers, headings and Markdown tables.
+
+    Pages without a text layer but with graphics are OCR'd (``ocr_options.mode`` auto; every
+    page with force, none with off); an OCR'd page keeps its page number, so a mixed PDF's
+    sections say which page each came from.
 
     Args:
         data: The PDF bytes.
+        ocr_options: When and how to OCR (default: auto, English).
 
     Returns:
-        The parsed document with ``page_count`` set and 1-based pages on every section.
+        The parsed document with ``page_count`` set and 1-based pages on every section;
+        ``warnings`` name the OCR'd pages and their mean word confidence.
 
     Raises:
         ParseError: ``corrupt_pdf``, ``encrypted_pdf``, ``empty_document`` or
-            ``image_only_pdf`` (pages but no extractable text; OCR is not done here).
+            ``image_only_pdf`` (pages but no text, OCR off, unavailable or finding none).
     """
     pymupdf = _import_pymupdf()
     doc = _open(pymupdf, data)
     warnings: list[str] = []
+    reader = _OcrReader(pymupdf, ocr_options or OcrOptions())
     try:
         page_count = doc.page_count
-        pages = list(_extract_pages(pymupdf, doc, warnings))
+        pages = list(_extract_pages(pymupdf, doc, warnings, reader))
         metadata_title = (doc.metadata or {}).get("title") or ""
     finally:
         doc.close()
+    warnings.extend(reader.report.warnings())
     if not pages:
         raise ParseError("no page of the PDF could be read", code="corrupt_pdf")
     fonts = _fonts(pages)
-    repeated = _running_lines(pages)
+    repeated = _running_lines(pages, fonts)
     blocks = [block for page in pages for block in _page_blocks(page, fonts, repeated)]
     if not blocks:
         if any(page.has_graphics for page in pages):
             raise ParseError(
                 f"the PDF has {page_count} pages but no extractable text: it looks image-only "
-                "(scanned); OCR is not supported",
+                f"(scanned); {reader.why_no_text()}",
                 code="image_only_pdf",
             )
         raise ParseError("the PDF contains no text", code="empty_document")
-    blank = sum(1 for page in pages if not page.regions)
+    blank = sum(1 for page in pages if not page.regions and not page.ocr)
     if blank:
         warnings.append(f"pages_without_text: {blank}")
     return assemble(
@@ -141,14 +152,57 @@ def _open(pymupdf: Any, data: bytes) -> Any:
     return doc
 
 
-def _extract_pages(pymupdf: Any, doc: Any, warnings: list[str]) -> Iterator[_Page]:
+class _OcrReader:
+    """OCRs the pages that need it, and remembers what it did for the warnings."""
+
+    def __init__(self, pymupdf: Any, options: OcrOptions) -> None:
+        self.pymupdf = pymupdf
+        self.options = options
+        self.report = OcrReport()
+        self.enabled = options.mode != "off" and ocr.available()
+
+    def wanted(self, regions: list[_Region], has_graphics: bool) -> bool:
+        if not self.enabled:
+            return False
+        return self.options.mode == "force" or (not regions and has_graphics)
+
+    def read(self, page: Any, number: int) -> tuple[str, ...]:
+        rect = page.rect
+        dpi = self.options.dpi
+        pixels = rect.width * rect.height * (dpi / 72) ** 2
+        if pixels > ocr.MAX_IMAGE_PIXELS:  # a poster-sized page: render it smaller
+            dpi = max(int(dpi * (ocr.MAX_IMAGE_PIXELS / pixels) ** 0.5), 1)
+        pixmap = page.get_pixmap(dpi=dpi, colorspace=self.pymupdf.csGRAY, alpha=False)
+        try:
+            result = ocr.ocr_raster(pixmap.width, pixmap.height, pixmap.samples, self.options)
+        except ParseError as exc:
+            if exc.code not in ("ocr_timeout", "ocr_failed"):
+                raise
+            self.report.failed.append(f"{exc.code}: page {number}")
+            return ()
+        finally:
+            pixmap = None
+        self.report.add(number, result)
+        return result.paragraphs
+
+    def why_no_text(self) -> str:
+        if self.options.mode == "off":
+            return "OCR is off (RAGLINE_INGEST__OCR)"
+        if not self.enabled:
+            return "OCR needs tesseract-ocr, which is not installed"
+        if self.report.failed:
+            return f"OCR failed ({self.report.failed[0]})"
+        return "OCR found no text"
+
+
+def _extract_pages(pymupdf: Any, doc: Any, warnings: list[str], reader: _OcrReader) -> Iterator[_Page]:
     """Load, reduce and release one page at a time."""
     flags = int(pymupdf.TEXTFLAGS_TEXT)
     for index in range(doc.page_count):
         check_deadline()
         try:
             page = doc.load_page(index)
-            yield _extract_page(page, index + 1, flags, warnings)
+            yield _extract_page(page, index + 1, flags, warnings, reader)
         except RuntimeError:
             warnings.append(f"page_unreadable: {index + 1}")
         finally:
@@ -159,7 +213,7 @@ def _extract_pages(pymupdf: Any, doc: Any, warnings: list[str]) -> Iterator[_Pag
             pymupdf.TOOLS.store_shrink(100)
 
 
-def _extract_page(page: Any, number: int, flags: int, warnings: list[str]) -> _Page:
+def _extract_page(page: Any, number: int, flags: int, warnings: list[str], reader: _OcrReader) -> _Page:
     log = page.get_bboxlog()
     paths = [rect for kind, rect in log if "path" in kind]
     has_graphics = bool(paths) or any("image" in kind for kind, _ in log)
@@ -178,6 +232,10 @@ def _extract_page(page: Any, number: int, flags: int, warnings: list[str]) -> _P
         )
         if lines:
             regions.append(_Region(bbox=tuple(block["bbox"]), lines=lines))
+    if reader.wanted(regions, has_graphics):
+        paragraphs = reader.read(page, number)
+        if paragraphs or reader.options.mode != "force":
+            return _Page(number, page.rect.height, (), has_graphics, paragraphs)
     return _Page(number, page.rect.height, tuple(_reading_order(regions, width)), has_graphics)
 
 
@@ -191,12 +249,9 @@ def _tables(page: Any, number: int, warnings: list[str]) -> list[_Region]:
             found = page.find_tables()
         regions = []
         for table in found.tables:
-            rows = [
-                [" ".join((cell or "").split()).replace("|", "\\|") for cell in row]
-                for row in table.extract()
-            ]
+            rows = tuple(tuple(" ".join((cell or "").split()) for cell in row) for row in table.extract())
             if len(rows) >= 2 and max(len(row) for row in rows) >= 2 and any(any(row) for row in rows):
-                regions.append(_Region(bbox=tuple(table.bbox), table=markdown_table(rows)))
+                regions.append(_Region(bbox=tuple(table.bbox), table=rows))
         return regions
     except Exception as exc:  # the table finder is heuristic; text still flows
         warnings.append(f"table_detection_failed: page {number} ({type(exc).__name__})")
@@ -284,32 +339,41 @@ def _is_heading_text(text: str, limit: int) -> bool:
     return len(text) <= limit and bool(_LETTER.search(text))
 
 
-def _running_lines(pages: list[_Page]) -> frozenset[tuple[str, str]]:
+def _running_lines(pages: list[_Page], fonts: _Fonts) -> frozenset[tuple[str, str]]:
     """Lines in the top or bottom margin repeated, digits ignored, on half the pages (3+)."""
     seen: Counter[tuple[str, str]] = Counter()
     for page in pages:
-        keys = {key for region in page.regions for line in region.lines if (key := _margin_key(line, page))}
+        keys = {
+            key for region in page.regions for line in region.lines if (key := _margin_key(line, page, fonts))
+        }
         seen.update(keys)
     threshold = max(3, (len(pages) + 1) // 2)
     return frozenset(key for key, count in seen.items() if count >= threshold)
 
 
-def _margin_key(line: _Line, page: _Page) -> tuple[str, str] | None:
+def _margin_key(line: _Line, page: _Page, fonts: _Fonts) -> tuple[str, str] | None:
     if line.y0 < page.height * _MARGIN_ZONE:
         zone = "top"
     elif line.y1 > page.height * (1 - _MARGIN_ZONE):
         zone = "bottom"
     else:
         return None
-    return zone, " ".join(_DIGITS.sub("", line.text).lower().split())
+    text = line.text.lower()
+    # Digits are ignored so "Page 3 of 9" repeats; not in heading type, where the digits are
+    # what tells "Chapter 1" from "Chapter 2" at the top of each chapter's first page.
+    if _size_key(line.size) not in fonts.heading_levels:
+        text = _DIGITS.sub("", text)
+    return zone, " ".join(text.split())
 
 
 def _page_blocks(page: _Page, fonts: _Fonts, repeated: frozenset[tuple[str, str]]) -> Iterator[Block]:
+    for paragraph in page.ocr:
+        yield Block(paragraph, SectionKind.PARAGRAPH, page_start=page.number)
     for region in page.regions:
         if region.table is not None:
-            yield Block(region.table, SectionKind.TABLE, page_start=page.number)
+            yield from table_blocks([list(row) for row in region.table], page=page.number)
             continue
-        lines = [line for line in region.lines if _margin_key(line, page) not in repeated]
+        lines = [line for line in region.lines if _margin_key(line, page, fonts) not in repeated]
         all_bold = all(line.bold for line in lines)
         run: list[_Line] = []
         run_level = 0

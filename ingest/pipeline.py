@@ -29,6 +29,7 @@ from ingest.chunking import chunk_document
 from ingest.hashing import chunk_id, content_hash
 from ingest.isolation import InProcessParser, Parser, ParseRequest
 from ingest.limits import parse_deadline
+from ingest.ocr import OcrOptions
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class ChunkingConfig:
     overlap_tokens: int
     max_chunks: int  # leaf chunks one document may have; more fails it (too_many_chunks)
     parse_timeout_seconds: float  # parsing and chunking one document; longer fails it
+    ocr: OcrOptions = OcrOptions()  # when and how scanned pages and images are OCR'd
 
     @property
     def label(self) -> str:
@@ -104,7 +106,7 @@ def prepare_batch(
     changed = [i for i, u in enumerate(unchanged) if u is None]
     max_chars = config.max_chunks * config.chunk_tokens * _MAX_CHARS_PER_TOKEN
     parse_requests = [
-        ParseRequest(requests[i].source, config.parse_timeout_seconds, max_chars) for i in changed
+        ParseRequest(requests[i].source, config.parse_timeout_seconds, max_chars, config.ocr) for i in changed
     ]
     parsed = dict(zip(changed, (parser or InProcessParser()).parse_all(parse_requests), strict=True))
     return [

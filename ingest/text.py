@@ -16,6 +16,9 @@ from ingest.decoding import decode_text
 
 SECTION_SEPARATOR = "\n\n"
 _BLANK_LINE = re.compile(r"\n[ \t]*\n\s*")
+# About 200 model tokens of table text (numbers run ~2.5 characters a token): under the
+# default 256-token chunk, so a group of rows is one chunk with its header.
+TABLE_GROUP_CHARS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,50 @@ def markdown_table(rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(padded[0]) + " |", "|" + "---|" * width]
     lines.extend("| " + " | ".join(row) + " |" for row in padded[1:])
     return "\n".join(lines)
+
+
+def table_blocks(
+    rows: list[list[str]], *, page: int | None = None, group_chars: int = TABLE_GROUP_CHARS
+) -> list[Block]:
+    """A table as Markdown ``TABLE`` blocks of whole rows, each repeating the header row.
+
+    A long table is cut between rows into groups of about ``group_chars`` characters, so the
+    chunker finds pieces that fit a chunk (it cuts a table only between lines) and every
+    chunk of the table starts with its header: a chunk of rows 400-420 still says what its
+    columns are.
+
+    Args:
+        rows: The table's rows of cell text, the first row the header; ``|`` and line breaks
+            in cells are escaped here.
+        page: The page (slide, sheet) the table is on.
+        group_chars: The size a group of rows grows to before the next starts.
+
+    Returns:
+        One block per group of rows (one for a short table), none for a table without text.
+    """
+    cleaned = [[_cell_text(cell) for cell in row] for row in rows]
+    cleaned = [row for row in cleaned if any(row)]
+    if not cleaned:
+        return []
+    width = max(len(row) for row in cleaned)
+    padded = [row + [""] * (width - len(row)) for row in cleaned]
+    header, body = padded[0], padded[1:] or [[""] * width]
+    blocks: list[Block] = []
+    group: list[list[str]] = []
+    size = 0
+    for row in body:
+        row_chars = sum(len(cell) + 3 for cell in row)
+        if group and size + row_chars > group_chars:
+            blocks.append(Block(markdown_table([header, *group]), SectionKind.TABLE, page_start=page))
+            group, size = [], 0
+        group.append(row)
+        size += row_chars
+    blocks.append(Block(markdown_table([header, *group]), SectionKind.TABLE, page_start=page))
+    return blocks
+
+
+def _cell_text(cell: str) -> str:
+    return " ".join(cell.split()).replace("|", "\\|")
 
 
 def split_paragraphs(text: str) -> list[str]:

@@ -113,7 +113,7 @@ def _commit_embedded(
         version=version,
         mime_type=src.mime_type,
         title=p.title or src.title,
-        metadata=src.metadata,
+        metadata={**p.parsed.metadata, **src.metadata} if p.parsed is not None else src.metadata,
         acl=src.acl,
         content_hash=p.content_hash,
         byte_size=len(src.content),

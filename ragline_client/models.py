@@ -13,7 +13,7 @@ import binascii
 import mimetypes
 from datetime import date, datetime
 from pathlib import PurePath
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -33,8 +33,23 @@ from pydantic import (
 
 from ragline_client import rules
 
-MIME_TYPES = ("application/pdf", "text/html", "text/markdown", "text/plain")
-MimeType = Literal["application/pdf", "text/html", "text/markdown", "text/plain"]
+# What the server parses (ingest/parse.py's PARSERS; the README's supported-formats table).
+MimeType = Literal[
+    "application/pdf",
+    "text/html",
+    "text/markdown",
+    "text/plain",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "text/csv",
+    "application/epub+zip",
+    "message/rfc822",
+    "image/png",
+    "image/jpeg",
+    "image/tiff",
+]
+MIME_TYPES: tuple[str, ...] = get_args(MimeType)
 # Suffixes ``mimetypes`` does not know (or knows differently per system) for parsed types.
 _SUFFIX_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".rst": "text/plain"}
 

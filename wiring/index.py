@@ -14,7 +14,10 @@ LIVE_ALIAS = "live"
 
 def lexical_tokenizer(settings: Settings) -> Tokenizer:
     """The BM25 tokenizer; builds and queries must use the same one."""
-    return Tokenizer(stem=settings.index.lexical_stem, stop_words=settings.index.lexical_stop_words)
+    ix = settings.index
+    return Tokenizer(
+        stem=ix.lexical_stem, stop_words=ix.lexical_stop_words, multilingual=ix.lexical_multilingual
+    )
 
 
 def dense_params(settings: Settings) -> DenseParams:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from core.settings import Settings
 from index.embedder import Embedder
 from ingest.isolation import IsolationConfig
+from ingest.ocr import OcrOptions
 from ingest.pipeline import ChunkingConfig
 from jobs.operations import QueuePolicy
 from jobs.runner import IngestRunner, RunnerConfig
@@ -19,6 +20,12 @@ def chunking_config(settings: Settings) -> ChunkingConfig:
         overlap_tokens=ing.chunk_overlap,
         max_chunks=ing.max_chunks_per_document,
         parse_timeout_seconds=ing.parse_timeout_seconds,
+        ocr=OcrOptions(
+            mode=ing.ocr,
+            languages=ing.ocr_languages,
+            page_timeout_seconds=ing.ocr_page_timeout_seconds,
+            dpi=ing.ocr_dpi,
+        ),
     )
 
 

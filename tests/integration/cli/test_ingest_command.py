@@ -57,13 +57,13 @@ def test_skipped_files_are_named(
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "keep.md").write_text("# Keep\n\nkept text")
-    (docs / "photo.png").write_bytes(b"\x89PNG....")
-    (docs / "data.csv").write_text("a,b\n1,2\n")
+    (docs / "archive.zip").write_bytes(b"PK\x03\x04....")
+    (docs / "legacy.doc").write_bytes(b"\xd0\xcf\x11\xe0....")
     code = main(["ingest", str(docs), "--tenant", "acme", "--no-ray", "--public"])
     err = capsys.readouterr().err
     assert code == 0
     assert "skipped 2 files with an unsupported type" in err
-    assert "photo.png" in err and "data.csv" in err
+    assert "archive.zip" in err and "legacy.doc" in err
 
 
 def test_partially_failed_has_its_own_exit_code(

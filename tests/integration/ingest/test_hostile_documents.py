@@ -29,9 +29,11 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.services import ingest_hook, search_hook
 from core.settings import Settings
-from tests import hostile_factory
+from ingest.parse import DOCX, EML, PNG, PPTX, XLSX
+from tests import hostile_factory, hostile_office
 from tests.conftest import truncate_all
 from tests.integration.api.conftest import make_key, wait_job
+from tests.unit.ingest import office_factory
 
 pytestmark = pytest.mark.integration
 
@@ -157,6 +159,31 @@ def _cases() -> list[Case]:
             ),
         ),
         Case("external_ids", tuple(ids)),
+        *_new_kinds(),
+    ]
+
+
+def _new_kinds() -> list[Case]:
+    """Office, spreadsheet, image and e-mail files (tests/hostile_office.py)."""
+    docx = office_factory.docx_bytes()
+    return [
+        Case("docx_zip_bomb_1gb", (Doc("bomb.docx", hostile_office.zip_bomb(docx), DOCX, "zip_bomb"),)),
+        Case(
+            "docx_billion_laughs", (Doc("laughs.docx", hostile_office.entity_part(docx), DOCX, "unsafe_xml"),)
+        ),
+        Case(
+            "docx_password", (Doc("locked.docx", hostile_office.encrypted(docx), DOCX, "encrypted_document"),)
+        ),
+        Case(
+            "xlsx_1m_cells",
+            (Doc("cells.xlsx", hostile_office.million_cell_xlsx(), XLSX, "too_many_cells"),),
+        ),
+        Case("pptx_500_slides", (Doc("deck.pptx", office_factory.pptx_bytes(500), PPTX, INDEXED, "ninety"),)),
+        Case("png_20000x20000", (Doc("huge.png", hostile_office.huge_png(), PNG, "image_too_large"),)),
+        Case(
+            "eml_1000_nested_parts",
+            (Doc("nested.eml", hostile_office.nested_mime(1000), EML, "mime_too_complex"),),
+        ),
     ]
 
 

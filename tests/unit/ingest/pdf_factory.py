@@ -78,3 +78,14 @@ def encrypted_pdf() -> bytes:
     doc = pymupdf.open()
     doc.new_page().insert_text((72, 72), "secret text", fontsize=BODY)
     return doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="user", owner_pw="owner")
+
+
+def chapter_pdf(chapters: int = 4) -> bytes:
+    """Two pages a chapter; "Chapter N" in heading type at the top of each chapter's first page."""
+    doc = pymupdf.open()
+    for number in range(1, chapters + 1):
+        first = doc.new_page()
+        first.insert_text((72, 72), f"Chapter {number}", fontsize=20, fontname="hebo")
+        first.insert_text((72, 110), f"Topic {number} starts here. {LOREM}", fontsize=BODY)
+        doc.new_page().insert_text((72, 110), f"More about topic {number}. {LOREM}", fontsize=BODY)
+    return doc.tobytes()

@@ -6,6 +6,7 @@ from core.errors import ParseError
 from core.records import ParsedDocument, SourceDocument
 from ingest import parse as parse_module
 from ingest.parse import PARSERS, parse_document, sniff_mime
+from ragline_client.models import MIME_TYPES
 from tests.unit.ingest import pdf_factory
 
 
@@ -14,7 +15,11 @@ def _doc(content: bytes, mime: str, title: str | None = None) -> SourceDocument:
 
 
 def test_parsers_cover_the_supported_types() -> None:
-    assert set(PARSERS) == {"application/pdf", "text/html", "text/markdown", "text/plain"}
+    # The edge accepts exactly what a parser exists for.
+    assert set(PARSERS) == set(MIME_TYPES)
+    assert {"application/pdf", "text/html", "text/markdown", "text/plain", "text/csv", "image/png"} <= set(
+        PARSERS
+    )
 
 
 def test_sniff_pdf_magic_wins_over_declaration() -> None:
@@ -59,7 +64,7 @@ def test_connector_title_wins() -> None:
 @pytest.mark.parametrize(
     ("content", "mime", "code"),
     [
-        (b"data", "application/zip", "unsupported_mime_type"),
+        (b"data", "application/zip", "unsupported_type"),
         (b"", "text/plain", "empty_document"),
         (b"  \n\t ", "text/markdown", "empty_document"),
         (b"<html><script>x()</script></html>", "text/html", "empty_document"),
@@ -73,7 +78,7 @@ def test_parse_document_error_codes(content: bytes, mime: str, code: str) -> Non
 
 
 def test_unexpected_parser_failure_is_wrapped_without_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(data: bytes) -> ParsedDocument:
+    def broken(data: bytes, _ocr: object) -> ParsedDocument:
         raise KeyError(data.decode())
 
     monkeypatch.setitem(parse_module.PARSERS, "text/plain", broken)

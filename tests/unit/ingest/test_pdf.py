@@ -50,6 +50,17 @@ def test_running_header_and_page_numbers_dropped() -> None:
     assert [s.page_start for s in parsed.sections] == [1, 2, 3, 4, 5]
 
 
+def test_chapter_headings_at_the_top_of_pages_are_kept_as_headings() -> None:
+    # "Chapter N" sits in the top margin of every other page: with digits ignored it looked
+    # like a running header and was dropped, leaving the chapters without a section path.
+    parsed = pdf.parse(pdf_factory.chapter_pdf(chapters=4))
+    headings = [s for s in parsed.sections if s.kind is SectionKind.HEADING]
+    assert [(h.text, h.page_start) for h in headings] == [(f"Chapter {n}", 2 * n - 1) for n in range(1, 5)]
+    body = [s for s in parsed.sections if s.kind is SectionKind.PARAGRAPH]
+    assert [s.heading_path for s in body] == [(f"Chapter {n}",) for n in range(1, 5) for _ in range(2)]
+    assert parsed.title == "Chapter 1"
+
+
 def test_running_header_kept_when_too_few_pages() -> None:
     parsed = pdf.parse(pdf_factory.running_header_pdf(pages=2))
     assert parsed.text.count("Confidential Handbook") == 2
