@@ -114,3 +114,26 @@ def drop_stale_payloads(conn: psycopg.Connection, *, older_than_seconds: float) 
         " AND j.finished_at < now() - make_interval(secs => %s)",
         (older_than_seconds,),
     ).rowcount
+
+
+# Every table a purge takes text, vectors or payloads out of (their TOAST tables go with them).
+TEXT_TABLES = (
+    "chunks",
+    "chunk_embeddings",
+    "tombstones",
+    "document_texts",
+    "document_versions",
+    "documents",
+    "job_items",
+)
+
+
+def compact(conn: psycopg.Connection) -> None:
+    """Rewrite the tables a purge touched (``VACUUM FULL``), so the purged rows' bytes leave
+    the table and TOAST files too: a DELETE only marks them dead, and a plain VACUUM makes
+    their space reusable without overwriting it. It takes an ACCESS EXCLUSIVE lock per table
+    for the rewrite (reads and writes of that table wait), so it is an explicit operator step.
+    ``conn`` must be in autocommit (VACUUM cannot run in a transaction)."""
+    for table in TEXT_TABLES:
+        conn.execute(f"VACUUM FULL {table}")
+    conn.execute("CHECKPOINT")

@@ -22,6 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="leave the index files to the next maintenance tick (it rebuilds a live version"
         " older than the purge)",
     )
+    purge.add_argument(
+        "--compact",
+        action="store_true",
+        help="then rewrite the catalog tables that held it (VACUUM FULL: locks each table while it"
+        " runs), so no byte of the purged rows stays in PostgreSQL's files",
+    )
     purge.add_argument("--json", action="store_true", help="print the result as JSON")
     purge.set_defaults(handler=_purge)
 
@@ -46,6 +52,10 @@ def _purge(args: argparse.Namespace) -> int:
             alias=LIVE_ALIAS,
             actor=operator(),
         )
+        if args.compact:
+            from catalog.purge import compact
+
+            compact(conn)
     out = {
         "external_id": done.external_id,
         "deleted_now": done.deleted_now,
@@ -53,6 +63,7 @@ def _purge(args: argparse.Namespace) -> int:
         "chunks": done.counts.chunks,
         "job_items": done.counts.job_payloads,
         "rebuilt": done.rebuilt,
+        "compacted": bool(args.compact),
     }
     if args.json:
         print(json.dumps(out))
