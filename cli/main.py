@@ -7,11 +7,39 @@ import os
 import sys
 import warnings
 
-from cli import audit, connect, db, evaluate, index, jobs, keys, reembed, reranker, schedule, serve, status
+from cli import (
+    audit,
+    connect,
+    connect_sources,
+    db,
+    evaluate,
+    index,
+    jobs,
+    keys,
+    reembed,
+    reranker,
+    schedule,
+    serve,
+    status,
+)
 from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
-_GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status)
+_GROUPS = (
+    db,
+    keys,
+    serve,
+    jobs,
+    schedule,
+    index,
+    evaluate,
+    reranker,
+    reembed,
+    connect,
+    connect_sources,
+    audit,
+    status,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
