@@ -1,5 +1,6 @@
 """``ragline connect git PATH|URL``: a repository's files synced with the readers of an ACL
-map and, optionally, CODEOWNERS (``ragline_client.git_source``).
+map and, optionally, CODEOWNERS (``ragline_client.git_source``); ``ragline connect sql DSN``:
+the rows of a query with the readers the database names (``cli.connect_sql``).
 
 Registered under ``ragline connect`` next to ``fs`` and ``sitemap``, whose options, ACL map
 and run loop (``cli.connect``) it shares.
@@ -55,6 +56,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _common(git, "git-<repo>-<hash>")
     git.set_defaults(handler=_git)
+    table = csub.add_parser(
+        "sql",
+        help="sync the rows of a PostgreSQL query: push new and changed rows, delete vanished ones",
+        description="Incremental SQL sync through the API: a query file (TOML) names the query,"
+        " its key, title, text, metadata, monotonic, tombstone and ACL columns (or an ACL join"
+        " query). Exit codes: 0 all synced, 3 some rows failed (run again to retry them),"
+        " 2 invalid arguments, a database or a server error.",
+    )
+    table.add_argument("dsn", help="libpq connection string or URL of the source database")
+    table.add_argument("--query-file", type=Path, required=True, help="TOML: query and column roles")
+    _common(table, "sql-<db>-<hash>")
+    table.set_defaults(handler=_sql)
 
 
 class CodeOwners:
@@ -144,3 +157,31 @@ def _git(args: argparse.Namespace) -> int:
             return 2
         finally:
             connector.close()
+
+
+def _sql(args: argparse.Namespace) -> int:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    from cli.connect_sql import SqlConnector, SqlSpec
+
+    spec = SqlSpec.load(args.query_file)
+    if not args.url or not args.key:
+        raise InvalidInputError("give --url and --key (or RAGLINE_API_URL and RAGLINE_API_KEY)")
+    try:
+        where = conninfo_to_dict(args.dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInputError(f"invalid DSN: {exc}") from exc
+    label = f"{where.get('host', 'local')}-{where.get('dbname', '')}"
+    # The password is no part of the identity: the name stays when it rotates.
+    identity = f"{label}|{args.query_file.resolve()}"
+    name = args.name or _state_name("sql", label, identity)
+    with Client(args.url, args.key) as state_client:
+        connector = SqlConnector(
+            args.dsn, spec, name=name, known=lambda: state_client.connector_state(name).documents
+        )
+        try:
+            return _connect(args, connector, watch=None)
+        except psycopg.Error as exc:
+            print(f"ragline: error: the source database: {exc}".rstrip(), file=sys.stderr)
+            return 2
