@@ -1,6 +1,8 @@
 """``ragline connect git PATH|URL``: a repository's files synced with the readers of an ACL
 map and, optionally, CODEOWNERS (``ragline_client.git_source``); ``ragline connect sql DSN``:
-the rows of a query with the readers the database names (``cli.connect_sql``).
+the rows of a query with the readers the database names (``cli.connect_sql``);
+``ragline connect imap URL``: an account's messages with their folders' ACLs
+(``ragline_client.imap_source``).
 
 Registered under ``ragline connect`` next to ``fs`` and ``sitemap``, whose options, ACL map
 and run loop (``cli.connect``) it shares.
@@ -68,6 +70,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     table.add_argument("--query-file", type=Path, required=True, help="TOML: query and column roles")
     _common(table, "sql-<db>-<hash>")
     table.set_defaults(handler=_sql)
+    mail = csub.add_parser(
+        "imap",
+        help="sync an IMAP account's messages with the readers their folders' ACLs name",
+        description="Incremental IMAP sync through the API: every message of the account's"
+        " folders, readers from the owner and the folder's ACL (RFC 4314), expunged messages"
+        " deleted, a folder whose UIDVALIDITY changed synced again. Exit codes: 0 all synced,"
+        " 3 some messages failed (run again to retry them), 2 invalid arguments, an IMAP or a"
+        " server error.",
+    )
+    mail.add_argument("imap_url", help="imap://USER@HOST[:PORT] or imaps://USER@HOST[:PORT]")
+    mail.add_argument(
+        "--password-file", type=Path, help="the account's password (default: $RAGLINE_IMAP_PASSWORD)"
+    )
+    _common(mail, "imap-<user>-<hash>")
+    mail.set_defaults(handler=_imap)
 
 
 class CodeOwners:
@@ -185,3 +202,37 @@ def _sql(args: argparse.Namespace) -> int:
         except psycopg.Error as exc:
             print(f"ragline: error: the source database: {exc}".rstrip(), file=sys.stderr)
             return 2
+
+
+def _imap(args: argparse.Namespace) -> int:
+    from urllib.parse import unquote, urlsplit
+
+    from ragline_client.imap_source import ImapConnector, ImapError
+
+    parts = urlsplit(args.imap_url)
+    if parts.scheme not in ("imap", "imaps") or not parts.hostname or not parts.username:
+        raise InvalidInputError(f"{args.imap_url!r} is not imap://USER@HOST[:PORT] (or imaps://)")
+    if args.password_file is not None:
+        password = args.password_file.read_text().rstrip("\n")
+    else:
+        password = unquote(parts.password or "") or os.environ.get("RAGLINE_IMAP_PASSWORD", "")
+    if not password:
+        raise InvalidInputError("give --password-file, or set RAGLINE_IMAP_PASSWORD")
+    user = unquote(parts.username)
+    port = parts.port or (993 if parts.scheme == "imaps" else 143)
+    identity = f"{parts.scheme}://{user}@{parts.hostname}:{port}"
+    connector = ImapConnector(
+        parts.hostname,
+        port,
+        user=user,
+        password=password,
+        name=args.name or _state_name("imap", user, identity),
+        ssl=parts.scheme == "imaps",
+    )
+    try:
+        return _connect(args, connector, watch=None)
+    except (ImapError, OSError) as exc:
+        print(f"ragline: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        connector.close()
