@@ -3,19 +3,22 @@ one run against one real server.
 
 Run: ``python -m bench.connectors --n 1000``.
 
-Each connector runs as the real command (``ragline connect fs|git|sql --json``, a
+Each connector runs as the real command (``ragline connect fs|git|sql|imap --json``, a
 subprocess) over the same ``n`` generated texts: files in a directory (fs, the baseline), the
 same files committed to a Git repository (git), rows of a table in a second database on the
 same PostgreSQL (sql). Requests are what the server counted (``/metrics``, every route but
 ``/metrics`` itself), so they include the CLI's own ``/v1/me`` and state reads. Seconds are
 wall time of the command, process start included (``ragline --help`` on its own is shown
-for scale). The ACL-only change removes one reader from one item at the source (the ACL map,
-the ACL join table) and must cost one ``PUT .../acl``, no push.
+for scale). The ACL-only change removes one reader at the source (from one item in the ACL map or
+the ACL join table; from one of 10 IMAP folders, so from a tenth of the messages) and must
+cost one ``PUT .../acl`` per item it touches, no push. IMAP (``--only ...,imap``) needs
+``dovecot-imapd``: ``n`` messages in 10 folders of one account, on a Dovecot started here.
 """
 
 from __future__ import annotations
 
 import argparse
+import imaplib
 import json
 import os
 import subprocess
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -30,11 +34,13 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import make_conninfo
 
+from bench import dovecot
 from bench.common import generated_texts, print_table
 from bench.retrieve import TENANT, database, server
 
 REPO = Path(__file__).resolve().parents[1]
-CONNECTORS = ("fs", "git", "sql")
+CONNECTORS = ("fs", "git", "sql", "imap")
+IMAP_FOLDERS = 10
 SQL_SPEC = """
 query = "SELECT id, title, body, updated_at FROM notes"
 key = "id"
@@ -50,6 +56,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--n", type=int, default=1000, help="files / rows per connector")
     p.add_argument("--words", type=int, default=80, help="words per generated text")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", default=",".join(CONNECTORS), help="comma-separated connectors to run")
     return p.parse_args()
 
 
@@ -132,11 +139,33 @@ def _cli(base: str, key: str, args: list[str]) -> tuple[float, dict[str, int], d
     return seconds, json.loads(done.stdout.strip().splitlines()[-1]), _delta(requests_served(base), before)
 
 
+def _mailbox(imap_server: dovecot.Dovecot, texts: list[str]) -> None:
+    """ann's messages in ``IMAP_FOLDERS`` folders, each readable by lead."""
+    imap = imaplib.IMAP4(imap_server.host, imap_server.port)
+    imap.login("ann", imap_server.password)
+    for f in range(IMAP_FOLDERS):
+        imap.create(f"Notes-{f}")
+        imap.setacl(f"Notes-{f}", "lead", "lr")
+    for i, text in enumerate(texts):
+        raw = f"From: ann@example.com\r\nTo: lead@example.com\r\nSubject: Note {i}\r\n"
+        raw += f"Message-ID: <n{i}@example.com>\r\n\r\n{text}\r\n"
+        imap.append(f"Notes-{i % IMAP_FOLDERS}", None, None, raw.encode())
+    imap.logout()
+
+
+def _revoke_folder(imap_server: dovecot.Dovecot) -> None:
+    imap = imaplib.IMAP4(imap_server.host, imap_server.port)
+    imap.login("ann", imap_server.password)
+    imap.deleteacl("Notes-0", "lead")
+    imap.logout()
+
+
 def main() -> None:
     args = _args()
+    only = [c for c in args.only.split(",") if c]
     texts = generated_texts(args.n, args.words, seed=args.seed)
     rows: list[list[object]] = []
-    with tempfile.TemporaryDirectory(prefix="ragline-connectors-") as name:
+    with tempfile.TemporaryDirectory(prefix="ragline-connectors-") as name, ExitStack() as stack:
         tmp = Path(name)
         with database(tmp) as url:
             from authz.api_keys import create_key
@@ -157,6 +186,16 @@ def main() -> None:
                 ),
                 "sql": (["sql", dsn, "--query-file", str(tmp / "q.toml")], lambda: _revoke(dsn)),
             }
+            if "imap" in only:
+                imap_server = stack.enter_context(dovecot.dovecot(("ann", "lead")))
+                _mailbox(imap_server, texts)
+                (tmp / "pw").write_text(imap_server.password)
+                imap_url = f"imap://ann@{imap_server.host}:{imap_server.port}"
+                runs["imap"] = (
+                    ["imap", imap_url, "--password-file", str(tmp / "pw")],
+                    lambda: _revoke_folder(imap_server),
+                )
+            runs = {k: v for k, v in runs.items() if k in only}
             (tmp / "data").mkdir()
             with server(url, tmp / "data") as (base, _pid):
                 start = time.perf_counter()

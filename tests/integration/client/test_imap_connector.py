@@ -19,7 +19,7 @@ import pytest
 
 from ragline_client import Client, DocumentIn, Item, Syncer
 from ragline_client.imap_source import ImapConnector
-from tests.integration.client import dovecot as dv
+from bench import dovecot as dv
 from tests.integration.client.conftest import CountingTransport, LiveServer
 
 pytestmark = [

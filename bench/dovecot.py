@@ -1,5 +1,6 @@
-"""A real Dovecot IMAP server (Debian's ``dovecot-imapd``) on a loopback port, with its own
-configuration under a temporary directory: passwd-file users, maildir under the same
+"""A real Dovecot IMAP server (Debian's ``dovecot-imapd``) on a loopback port, for the IMAP
+connector's tests and ``bench.connectors``, with its own configuration under a temporary
+directory: passwd-file users, maildir under the same
 directory, a shared namespace and the ACL plugin (RFC 4314 GETACL/SETACL/MYRIGHTS).
 
 Run as root, Dovecot refuses to serve mail as uid 0 and to run its login processes as root,
