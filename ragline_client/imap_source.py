@@ -136,33 +136,12 @@ class ImapConnector(Connector):
         return int(validity[0]), [int(u) for u in (data[0] or b"").split()]
 
     def _readers(self, folder: str) -> AclIn:
-        owner = f"user:{self.user}"
         kind, data = self._session().getacl(_quote(folder))
         if kind != "OK" or not data or not isinstance(data[0], bytes):
             self.acl_source[folder] = "owner"
-            return AclIn(principals=[owner])
+            return AclIn(principals=[f"user:{self.user}"])
         self.acl_source[folder] = "getacl"
-        tokens = [_unquote(t) for t in _tokens(data[0])][1:]  # the mailbox name first
-        granted: set[str] = set()
-        denied: set[str] = set()
-        public = False
-        for identifier, rights in zip(tokens[::2], tokens[1::2], strict=False):
-            if "r" not in rights:
-                continue
-            if identifier.startswith("-"):
-                denied.add(identifier[1:])
-            elif identifier in ("anyone", "authenticated"):
-                public = True
-            else:
-                granted.add(identifier)
-        valid = {owner}
-        for identifier in granted - denied - {self.user}:
-            principal = f"group:{identifier[1:]}" if identifier.startswith("$") else f"user:{identifier}"
-            try:
-                valid.add(acl_principal(principal))
-            except RuleError:
-                continue  # an identifier ragline cannot name reads nothing
-        return AclIn(principals=sorted(valid), public=public)
+        return folder_readers(self.user, data[0])
 
     def _url(self, folder: str, uidvalidity: int, uid: int) -> str:
         return f"imap://{self.user}@{self.host}/{folder};UIDVALIDITY={uidvalidity}/;UID={uid}"
@@ -206,6 +185,35 @@ class ImapConnector(Connector):
             except (imaplib.IMAP4.error, OSError):
                 pass
             self._imap = None
+
+
+def folder_readers(owner: str, getacl: bytes) -> AclIn:
+    """Readers from a GETACL response line (``mailbox id rights id rights ...``): the owner,
+    each identifier with ``r`` (``$name`` a group), public for ``anyone``/``authenticated``;
+    a negative right (``-name r``) takes the identifier out. An identifier that is no valid
+    principal reads nothing."""
+    tokens = [_unquote(t) for t in _tokens(getacl)][1:]  # the mailbox name first
+    granted: set[str] = set()
+    denied: set[str] = set()
+    public = False
+    for identifier, rights in zip(tokens[::2], tokens[1::2], strict=False):
+        if "r" not in rights:
+            continue
+        if identifier.startswith("-"):
+            denied.add(identifier[1:])
+        elif identifier in ("anyone", "authenticated"):
+            public = True
+        else:
+            granted.add(identifier)
+    public = public and not ({"anyone", "authenticated"} & denied)
+    readers = {f"user:{owner}"}
+    for identifier in granted - denied - {owner}:
+        principal = f"group:{identifier[1:]}" if identifier.startswith("$") else f"user:{identifier}"
+        try:
+            readers.add(acl_principal(principal))
+        except RuleError:
+            continue
+    return AclIn(principals=sorted(readers), public=public)
 
 
 def _ok(answer: tuple[str, Sequence[object]], what: str) -> None:

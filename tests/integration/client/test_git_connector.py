@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli.connect import AclMap
-from cli.connect_sources import CodeOwners, owner_principal
+from cli.connect_sources import CodeOwners
 from ingest.files import MIME_BY_SUFFIX
 from ragline_client import Client, DocumentIn, FileDocument, Item, Syncer
 from ragline_client.git_source import GitConnector, GitRepo
@@ -189,13 +189,6 @@ def test_codeowners_are_readers_and_their_change_is_acl_only(live_server: LiveSe
     assert (report.acl_updated, report.pushed) == (1, 0)
     assert "hr/pay.txt" not in ids(bob, "salary bands engineering ladder")
     assert "hr/pay.txt" in ids(carol, "salary bands engineering ladder")
-
-
-def test_owner_principals() -> None:
-    assert owner_principal("@ann") == "user:ann"
-    assert owner_principal("@acme/payroll") == "group:acme/payroll"
-    assert owner_principal("ada@example.com") == "user:ada@example.com"
-    assert owner_principal("nobody") is None
 
 
 def test_force_push_through_a_mirrored_url_is_a_full_resync(live_server: LiveServer, tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import dovecot as dv
 from ragline_client import Client, DocumentIn, Item, Syncer
 from ragline_client.imap_source import ImapConnector
-from bench import dovecot as dv
 from tests.integration.client.conftest import CountingTransport, LiveServer
 
 pytestmark = [
