@@ -7,45 +7,20 @@ import os
 import sys
 import warnings
 
-from cli import (
-    audit,
-    connect,
-    connect_sources,
-    db,
-    evaluate,
-    index,
-    jobs,
-    keys,
-    reembed,
-    reranker,
-    schedule,
-    serve,
-    status,
-)
+import cli.connect_sources
+from cli import audit, connect, db, evaluate, index, jobs, keys, reembed, reranker, schedule, serve, status
 from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
-_GROUPS = (
-    db,
-    keys,
-    serve,
-    jobs,
-    schedule,
-    index,
-    evaluate,
-    reranker,
-    reembed,
-    connect,
-    connect_sources,
-    audit,
-    status,
-)
+_GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status)
+# git, sql and imap: added under `ragline connect`, so registered after it
+_GROUPS_AFTER = (cli.connect_sources,)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragline", description="ragline: RAG ingestion and retrieval")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in _GROUPS:
+    for group in (*_GROUPS, *_GROUPS_AFTER):
         group.register(sub)
     return parser
 
