@@ -96,7 +96,7 @@ class GitRepo:
             _git(["--git-dir", str(mirror), "fetch", "--prune", "--force", "--quiet", "origin"])
         else:
             mirror.parent.mkdir(parents=True, exist_ok=True)
-            _git(["clone", "--mirror", "--quiet", source, str(mirror)])
+            _git(["clone", "--mirror", "--quiet", "--", source, str(mirror)])  # "--": never an option
         return cls(mirror, label=source)
 
     def git(self, *args: str, check: bool = True) -> str:
@@ -223,6 +223,8 @@ class GitConnector(Connector):
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     def list_items(self, cursor: str | None) -> Listing:
+        if self.ref.startswith("-"):  # would reach git as an option
+            raise GitError(f"{self.ref!r} is not a ref")
         new = self.repo.resolve(self.ref)
         if not new:
             raise GitError(f"{self.ref!r} names no commit in {self.repo.label}")

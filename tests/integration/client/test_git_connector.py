@@ -309,6 +309,8 @@ def test_cli_connect_git_json(live_server: LiveServer, tmp_path: Path) -> None:
     assert (summary["pushed"], summary["unchanged"], summary["failed"]) == (3, 0, 0)
     missing = run("--ref", "no-such-branch")
     assert missing.returncode == 2 and "no-such-branch" in missing.stderr
+    option = run("--ref=--output=/tmp/x")
+    assert option.returncode == 2 and "is not a ref" in option.stderr
     gone = subprocess.run(
         [*cmd[:5], str(tmp_path / "nowhere"), *cmd[6:]], env=env, cwd=REPO, capture_output=True, text=True
     )
