@@ -7,6 +7,7 @@ import os
 import sys
 import warnings
 
+import cli.connect_sources
 from cli import (
     audit,
     connect,
@@ -29,13 +30,15 @@ _GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, 
 # Commands that may start a local Ray in this process (ingest, jobs resume, index rebuild,
 # reembed): Ray's known-harmless C++ notices are dropped from their stderr, as `serve` and
 # `run` do (jobs/ray_runtime.py HARMLESS_NOTICES); progress bars still reach the terminal.
+# git, sql and imap: added under `ragline connect`, so registered after it
+_GROUPS_AFTER = (cli.connect_sources,)
 _RAY_COMMANDS = frozenset({"ingest", "jobs", "index", "reembed"})
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragline", description="ragline: RAG ingestion and retrieval")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in _GROUPS:
+    for group in (*_GROUPS, *_GROUPS_AFTER):
         group.register(sub)
     return parser
 
