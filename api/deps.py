@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -10,9 +11,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
+from api.admission import FairGate, Shed
 from api.limits import KeyLimiter
 from authz.principals import KeyAuthenticator, Principal
-from core.errors import AuthenticationError
+from core import metrics
+from core.context import deadline_var
+from core.errors import AuthenticationError, OverloadedError
 from core.settings import Settings
 
 
@@ -72,9 +76,50 @@ def _role(role: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
     return dependency
 
 
+def _admitted(role: str) -> Callable[[Request, Principal], AsyncIterator[Principal]]:
+    """The role's principal, holding a seat of the shared admission gate for the request.
+
+    A dependency of the role's (so of ``get_principal``): FastAPI runs authentication and the
+    key's own limits first, so a key over its rate or concurrency gets its 429 before it takes
+    any shared capacity, and the gate queues the request with its tenant's.
+    """
+
+    async def dependency(request: Request, principal: Principal) -> AsyncIterator[Principal]:
+        gate: FairGate | None = getattr(request.app.state, "gate", None)
+        if gate is None:
+            yield principal
+            return
+        route = getattr(request.scope.get("route"), "path", None) or request.url.path
+        deadline = deadline_var.get()
+        started = time.monotonic()
+        try:
+            async with gate.slot(principal.tenant_id, None if deadline is None else deadline - started):
+                metrics.ADMISSION_WAIT.labels(route, "admitted").observe(time.monotonic() - started)
+                yield principal
+        except Shed as shed:
+            _record_shed(request, route, principal.tenant_id, shed.reason, time.monotonic() - started)
+            raise OverloadedError("the server is at capacity, retry shortly") from None
+
+    # Set here, not in the signature: a postponed annotation could not see ``role``.
+    dependency.__annotations__["principal"] = Annotated[Principal, Depends(_role(role))]
+    return dependency
+
+
+def _record_shed(request: Request, route: str, tenant: str, reason: str, waited_s: float) -> None:
+    metrics.SHED.labels(route, reason).inc()
+    metrics.ADMISSION_WAIT.labels(route, reason).observe(waited_s)
+    settings: Settings = request.app.state.settings
+    if settings.metrics.tenant_labels:
+        metrics.SHED_BY_TENANT.labels(tenant, reason).inc()
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 PoolDep = Annotated[ConnectionPool, Depends(get_pool)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 IngestPrincipal = Annotated[Principal, Depends(_role("ingest"))]
 QueryPrincipal = Annotated[Principal, Depends(_role("query"))]
 AdminPrincipal = Annotated[Principal, Depends(_role("admin"))]
+# The expensive routes (retrieve, push, the console's search and explain) take these instead.
+AdmittedIngest = Annotated[Principal, Depends(_admitted("ingest"))]
+AdmittedQuery = Annotated[Principal, Depends(_admitted("query"))]
+AdmittedAdmin = Annotated[Principal, Depends(_admitted("admin"))]

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, Request, UploadFile, status
 from pydantic import ValidationError
 
-from api.deps import IngestPrincipal, PoolDep, SettingsDep
+from api.deps import AdmittedIngest, IngestPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.schemas import (
     AclIn,
@@ -117,7 +117,7 @@ def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list
     responses=error_responses(401, 403, 429, 413, 422),
 )
 def push_documents(
-    body: PushRequest, request: Request, principal: IngestPrincipal, pool: PoolDep, settings: SettingsDep
+    body: PushRequest, request: Request, principal: AdmittedIngest, pool: PoolDep, settings: SettingsDep
 ) -> PushResponse:
     """Queue a batch; invalid items are rejected one by one, the rest go into one job.
 

@@ -37,7 +37,7 @@ from api.console_schemas import (
     SwapOut,
     VersionOut,
 )
-from api.deps import AdminPrincipal, PoolDep, SettingsDep
+from api.deps import AdminPrincipal, AdmittedAdmin, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.routes.retrieve import document_filters, response_json, retrieve_request, search_service
 from api.schemas import RetrieveInBase, RetrieveLimits, retrieve_in_model
@@ -98,7 +98,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     router = APIRouter(prefix="/v1/admin", tags=["console"])
 
     def search_as(
-        body: RetrieveInBase, request: Request, admin: AdminPrincipal, pool: PoolDep
+        body: RetrieveInBase, request: Request, admin: AdmittedAdmin, pool: PoolDep
     ) -> JSONResponse:
         """Search as any principal of the tenant (``as_principal``; the admin itself when
         absent) and see every stage: ranks per list, plans, timings, degraded stages."""
@@ -127,7 +127,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     @router.post(
         "/explain", response_model=ExplainOut, responses=error_responses(401, 403, 429, 413, 422, 503)
     )
-    def explain_route(body: ExplainIn, request: Request, admin: AdminPrincipal, pool: PoolDep) -> ExplainOut:
+    def explain_route(body: ExplainIn, request: Request, admin: AdmittedAdmin, pool: PoolDep) -> ExplainOut:
         """Why a document (or chunk) is or is not returned to ``as_principal``: from the
         catalog, the serving index and, with ``query``, the real ranking. Never any text."""
         service = search_service(request)
