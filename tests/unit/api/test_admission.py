@@ -255,3 +255,27 @@ def test_admission_off_admits_every_request() -> None:
             return list(await asyncio.gather(*burst))
 
     assert [r.status_code for r in asyncio.run(scenario())] == [200] * 6
+
+
+def test_shed_requests_are_counted_per_tenant_only_when_tenant_labels_are_on() -> None:
+    def shed_burst(tenant: str, labels: bool) -> float:
+        routes = _Blocking()
+        app = routes.app(
+            AdmissionLimits(max_inflight=1, max_queued=0, queue_timeout_s=30.0, request_timeout_s=30.0)
+        )
+        app.state.settings = Settings(metrics={"tenant_labels": labels})
+
+        async def scenario() -> list[httpx.Response]:
+            async with _client(app) as client:
+                headers = {"x-tenant": tenant}
+                burst = [asyncio.create_task(client.post("/v1/retrieve", headers=headers)) for _ in range(3)]
+                while sum(t.done() for t in burst) < 2:
+                    await asyncio.sleep(0.01)
+                routes.release.set()
+                return list(await asyncio.gather(*burst))
+
+        assert sorted(r.status_code for r in asyncio.run(scenario())) == [200, 503, 503]
+        return metrics.SHED_BY_TENANT.labels(tenant, "queue_full")._value.get()
+
+    assert shed_burst("t-labelled", labels=True) == 2
+    assert shed_burst("t-unlabelled", labels=False) == 0
