@@ -3,7 +3,7 @@
 Run: ``python -m bench.noisy_neighbour --chunks 2000 --duration 10``.
 
 One ``ragline serve`` (admission defaults) on a synthetic corpus (bench.retrieve). Every key
-may send ``--key-rate`` requests/s (burst 2 s of it, 4 in flight). Phase 1: tenant B alone
+may send ``--key-rate`` requests/s (burst 4 s of it, 4 in flight). Phase 1: tenant B alone
 at ``--b-rate`` (fixed gaps, below its limit). Phase 2: the same B schedule while tenant A,
 another tenant, sends ``--flood`` times its own limit (Poisson). The goal of issue 26: B sees
 no 503 and its p95 stays within 1.5x of B alone; A's excess is answered 429 by its own limits
@@ -107,7 +107,7 @@ def _row(name: str, r: LoadResult, alone: LoadResult | None) -> list[object]:
 
 def main() -> None:
     args = _args()
-    burst = max(1, round(2 * args.key_rate))
+    burst = max(1, round(4 * args.key_rate))
     env = {
         "RAGLINE_LIMITS__RATE_PER_KEY": str(args.key_rate),
         "RAGLINE_LIMITS__BURST_PER_KEY": str(burst),
