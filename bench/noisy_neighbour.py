@@ -1,6 +1,7 @@
 """A noisy neighbour: tenant B's latency alone and while tenant A floods, in one run.
 
-Run: ``python -m bench.noisy_neighbour --chunks 2000 --duration 10``.
+Run: ``python -m bench.noisy_neighbour --chunks 2000 --duration 10`` (add ``--a-clients 48``
+for A as closed-loop clients, the shape of the issue's 48 threads).
 
 One ``ragline serve`` (admission defaults) on a synthetic corpus (bench.retrieve). Every key
 may send ``--key-rate`` requests/s (burst 4 s of it, 4 in flight). Phase 1: tenant B alone
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +29,7 @@ import psycopg
 
 from bench.common import print_table
 from bench.http import LeanClient
-from bench.load import LoadConfig, LoadResult, RequestSpec, run_rate
+from bench.load import LoadConfig, LoadResult, RequestSpec, _one, _Outcome, run_rate, summarise
 from bench.retrieve import (
     build_live_index,
     create_query_key,
@@ -49,6 +52,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--key-rate", type=float, default=6.0, help="each key's rate limit, requests/s")
     p.add_argument("--b-rate", type=float, default=5.0, help="tenant B's requests/s")
     p.add_argument("--flood", type=float, default=10.0, help="tenant A's rate, in multiples of its limit")
+    p.add_argument(
+        "--a-clients", type=int, default=0, help="A as this many closed-loop clients instead (no pause)"
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -80,10 +86,28 @@ async def _phases(
     ):
         alone = await run_rate(b_client, b_req, b_config)
         await asyncio.sleep(2.0)
+        flood = _closed_loop(a_client, a_req, a_config, args.a_clients) if args.a_clients else None
         b_flooded, a_flood = await asyncio.gather(
-            run_rate(b_client, b_req, b_config), run_rate(a_client, a_req, a_config)
+            run_rate(b_client, b_req, b_config), flood or run_rate(a_client, a_req, a_config)
         )
     return alone, b_flooded, a_flood
+
+
+async def _closed_loop(client: LeanClient, request: Request, config: LoadConfig, clients: int) -> LoadResult:
+    """``clients`` loops sending A's next request as soon as the last is answered."""
+    outcomes: list[_Outcome] = []
+    start = time.perf_counter()
+    stop = start + config.warmup_s + config.duration_s
+
+    async def loop() -> None:
+        while (sent := time.perf_counter()) < stop:
+            outcomes.append(
+                await _one(client, request(0), sent, sent - start >= config.warmup_s, config.timeout_s)
+            )
+
+    await asyncio.gather(*(loop() for _ in range(clients)))
+    result = summarise([o for o in outcomes if o.measured], config)
+    return dataclasses.replace(result, rate=result.sent / config.duration_s)
 
 
 def _row(name: str, r: LoadResult, alone: LoadResult | None) -> list[object]:
@@ -130,7 +154,12 @@ def main() -> None:
     print(
         f"\nhybrid retrieve, {args.chunks:,} chunks, {args.warmup:g}s warm-up + {args.duration:g}s measured"
         f" per phase, {os.cpu_count()} CPUs, admission defaults; every key {args.key_rate:g} req/s"
-        f" (burst {burst}, 4 in flight); A floods at {args.flood:g}x its limit"
+        f" (burst {burst}, 4 in flight); A floods "
+        + (
+            f"with {args.a_clients} closed-loop clients"
+            if args.a_clients
+            else f"at {args.flood:g}x its limit"
+        )
     )
     headers = [
         "tenant",
