@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from api.admission import AdmissionLimits, AdmissionMiddleware
+from api.admission import AdmissionLimits, AdmissionMiddleware, build_gate
 from api.deps import checked_parameters
 from api.docs import install_docs
 from api.errors import APP_ERRORS, error_responses, install_error_handlers
@@ -72,6 +72,7 @@ def admission_limits(settings: Settings) -> AdmissionLimits:
         max_queued=api.max_queued,
         queue_timeout_s=api.queue_timeout_ms / 1000,
         request_timeout_s=api.request_timeout_ms / 1000,
+        tenant_weights=dict(settings.admission.tenant_weights),
     )
 
 
@@ -143,7 +144,10 @@ def create_app(
     app.state.database_url = url
     install_error_handlers(app)
     app.state.limiter = KeyLimiter(key_limits(settings))
-    # Inside the request context (the shed answer carries the request id), outside the routes.
+    # The shared gate is entered by the expensive routes' dependencies (api.deps), after the
+    # key's own limits; the middleware gives every request its deadline.
+    app.state.gate = build_gate(admission_limits(settings))
+    # Inside the request context (the deadline answer carries the request id), outside the routes.
     app.add_middleware(AdmissionMiddleware, limits=admission_limits(settings))
     app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
     if settings.metrics.enabled:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
@@ -11,12 +12,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 
+from api.admission import FairGate, Shed
 from api.limits import KeyLimiter
 from authz.oidc import JwtAuthenticator
 from authz.principals import KeyAuthenticator, Principal
 from authz.roles import ADMIN, INGEST, OPERATOR, QUERY, require_any
-from core import validation
-from core.errors import AuthenticationError, InvalidInputError
+from core import metrics, validation
+from core.context import deadline_var
+from core.errors import AuthenticationError, InvalidInputError, OverloadedError
 from core.settings import Settings
 
 
@@ -84,6 +87,43 @@ def _role(*roles: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
     return dependency
 
 
+def _admitted(role: str) -> Callable[[Request, Principal], AsyncIterator[Principal]]:
+    """The role's principal, holding a seat of the shared admission gate for the request.
+
+    A dependency of the role's (so of ``get_principal``): FastAPI runs authentication and the
+    key's own limits first, so a key over its rate or concurrency gets its 429 before it takes
+    any shared capacity, and the gate queues the request with its tenant's.
+    """
+
+    async def dependency(request: Request, principal: Principal) -> AsyncIterator[Principal]:
+        gate: FairGate | None = getattr(request.app.state, "gate", None)
+        if gate is None:
+            yield principal
+            return
+        route = getattr(request.scope.get("route"), "path", None) or request.url.path
+        deadline = deadline_var.get()
+        started = time.monotonic()
+        try:
+            async with gate.slot(principal.tenant_id, None if deadline is None else deadline - started):
+                metrics.ADMISSION_WAIT.labels(route, "admitted").observe(time.monotonic() - started)
+                yield principal
+        except Shed as shed:
+            _record_shed(request, route, principal.tenant_id, shed.reason, time.monotonic() - started)
+            raise OverloadedError("the server is at capacity, retry shortly") from None
+
+    # Set here, not in the signature: a postponed annotation could not see ``role``.
+    dependency.__annotations__["principal"] = Annotated[Principal, Depends(_role(role))]
+    return dependency
+
+
+def _record_shed(request: Request, route: str, tenant: str, reason: str, waited_s: float) -> None:
+    metrics.SHED.labels(route, reason).inc()
+    metrics.ADMISSION_WAIT.labels(route, reason).observe(waited_s)
+    settings: Settings = request.app.state.settings
+    if settings.metrics.tenant_labels:
+        metrics.SHED_BY_TENANT.labels(tenant, reason).inc()
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 PoolDep = Annotated[ConnectionPool, Depends(get_pool)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
@@ -97,6 +137,10 @@ OperatorPrincipal = Annotated[Principal, Depends(_role(OPERATOR))]
 JobsPrincipal = Annotated[Principal, Depends(_role(INGEST, OPERATOR))]
 # Either: routes that answer both, each with what its role may see (status, key creation).
 AdminOrOperator = Annotated[Principal, Depends(_role(ADMIN, OPERATOR))]
+# The expensive routes (retrieve, push, the console's search and explain) take these instead.
+AdmittedIngest = Annotated[Principal, Depends(_admitted(INGEST))]
+AdmittedQuery = Annotated[Principal, Depends(_admitted(QUERY))]
+AdmittedAdmin = Annotated[Principal, Depends(_admitted(ADMIN))]
 
 
 async def checked_parameters(request: Request) -> None:

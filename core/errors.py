@@ -73,6 +73,13 @@ class UnavailableError(RaglineError):
     http_status = 503
 
 
+class OverloadedError(RaglineError):
+    """The admission gate shed the request (its queue is full or the wait ran out); retry shortly."""
+
+    code = "overloaded"
+    http_status = 503
+
+
 class ParseError(RaglineError):
     """A document could not be parsed; ``code`` says why (corrupt_pdf, encrypted_pdf, ...)."""
 

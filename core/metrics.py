@@ -2,8 +2,9 @@
 
 Histograms, not summaries, in seconds, so replicas aggregate. Label values are bounded:
 routes are templates, stages and reasons come from fixed sets, and tenant ids appear only in
-``ragline_retrieve_requests_by_tenant_total`` when an operator turns ``metrics.tenant_labels``
-on. Principal ids, keys and document text never appear.
+``ragline_retrieve_requests_by_tenant_total`` and ``ragline_requests_shed_by_tenant_total``
+when an operator turns ``metrics.tenant_labels`` on. Principal ids, keys and document text
+never appear.
 
 Recording happens at the edges (the ASGI middleware, the route, the service hooks, the job
 runner's completion callback); gauges of serving state are read at scrape time by a collector
@@ -70,6 +71,18 @@ SHED = Counter(
     "ragline_requests_shed_total",
     "Requests refused by admission control (503 overloaded), by route template and reason.",
     ["route", "reason"],
+)
+ADMISSION_WAIT = Histogram(
+    "ragline_admission_wait_seconds",
+    "Time a request waited at the admission gate, by route template and outcome"
+    " (admitted, or the shed reason: queue_full, queue_timeout, displaced).",
+    ["route", "outcome"],
+    buckets=LATENCY_BUCKETS,
+)
+SHED_BY_TENANT = Counter(
+    "ragline_requests_shed_by_tenant_total",
+    "Requests shed by admission control per tenant; only recorded when metrics.tenant_labels is on.",
+    ["tenant", "reason"],
 )
 DEADLINE_EXCEEDED = Counter(
     "ragline_request_deadline_exceeded_total",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -197,6 +197,14 @@ class LimitsSettings(Section):
     concurrency_per_key: int = Field(64, ge=1)  # requests of one key in flight at once
 
 
+class AdmissionSettings(Section):
+    """How the admission gate (api.max_inflight, max_queued) shares its seats among tenants."""
+
+    # Deficit-round-robin weight per tenant id (JSON in the environment, e.g.
+    # RAGLINE_ADMISSION__TENANT_WEIGHTS='{"acme": 2}'); a tenant not listed weighs 1.
+    tenant_weights: dict[str, Annotated[float, Field(gt=0.0, le=1000.0)]] = {}
+
+
 class AuditSettings(Section):
     retrieves: bool = True  # append every retrieve to the audit log (in batches, off the request path)
     store_query_text: bool = False  # query text can be sensitive: off unless an operator turns it on
@@ -346,6 +354,7 @@ class Settings(BaseSettings):
     retrieve: RetrieveSettings = RetrieveSettings()
     rerank: RerankSettings = RerankSettings()
     limits: LimitsSettings = LimitsSettings()
+    admission: AdmissionSettings = AdmissionSettings()
     audit: AuditSettings = AuditSettings()
     retention: RetentionSettings = RetentionSettings()
     metrics: MetricsSettings = MetricsSettings()

@@ -12,7 +12,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.deps import IngestPrincipal, PoolDep, SettingsDep
+from api.deps import AdmittedIngest, IngestPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.routes.connectors import CONNECTOR_NAME
 from api.schemas import (
@@ -178,7 +178,7 @@ def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list
 def push_documents(
     body: PushRequest,
     request: Request,
-    principal: IngestPrincipal,
+    principal: AdmittedIngest,
     pool: PoolDep,
     settings: SettingsDep,
     connector: ConnectorQuery = None,

@@ -39,7 +39,7 @@ from api.console_schemas import (
     SwapOut,
     VersionOut,
 )
-from api.deps import AdminOrOperator, AdminPrincipal, OperatorPrincipal, PoolDep, SettingsDep
+from api.deps import AdminOrOperator, AdminPrincipal, AdmittedAdmin, OperatorPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.observe import RetrieveAudit, RetrieveObserver
 from api.routes.retrieve import document_filters, response_json, retrieve_request, search_service
@@ -125,7 +125,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     router = APIRouter(prefix="/v1/admin", tags=["console"])
 
     def search_as(
-        body: RetrieveInBase, request: Request, admin: AdminPrincipal, pool: PoolDep
+        body: RetrieveInBase, request: Request, admin: AdmittedAdmin, pool: PoolDep
     ) -> JSONResponse:
         """Search as any principal of the tenant (``as_principal``; the admin itself when
         absent) and see every stage: ranks per list, plans, timings, degraded stages. Every
@@ -170,7 +170,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     @router.post(
         "/explain", response_model=ExplainOut, responses=error_responses(401, 403, 429, 413, 422, 503)
     )
-    def explain_route(body: ExplainIn, request: Request, admin: AdminPrincipal, pool: PoolDep) -> ExplainOut:
+    def explain_route(body: ExplainIn, request: Request, admin: AdmittedAdmin, pool: PoolDep) -> ExplainOut:
         """Why a document (or chunk) is or is not returned to ``as_principal``: from the
         catalog, the serving index and, with ``query``, the real ranking. Never any text."""
         service = search_service(request)

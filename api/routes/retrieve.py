@@ -14,13 +14,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from api.deps import QueryPrincipal
+from api.deps import AdmittedQuery
 from api.errors import error_responses
 from api.observe import RetrieveAudit, RetrieveObserver
 from api.schemas import FiltersIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
 from authz.acl import DocumentFilters, build_acl_filter
 from authz.api_keys import validate_principal_id
-from authz.principals import KeyAuthenticator
+from authz.principals import KeyAuthenticator, Principal
 from core.context import request_id_var
 from core.errors import UnavailableError
 from retrieve.service import RetrieveRequest, RetrieveResult, SearchService
@@ -100,7 +100,7 @@ def search_service(request: Request) -> SearchService:
     return service
 
 
-def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -> JSONResponse:
+def _search(body: RetrieveInBase, request: Request, principal: Principal) -> JSONResponse:
     started = perf_counter()
     service = search_service(request)
     auth: KeyAuthenticator = request.app.state.auth
@@ -133,7 +133,7 @@ def _search(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -
 def build_router(limits: RetrieveLimits) -> APIRouter:
     """The retrieval routes, validating requests with the model ``limits`` describe."""
 
-    def retrieve(body: RetrieveInBase, request: Request, principal: QueryPrincipal) -> JSONResponse:
+    def retrieve(body: RetrieveInBase, request: Request, principal: AdmittedQuery) -> JSONResponse:
         """Search as the key's principal (or, for a delegating key, as ``as_principal``)."""
         return _search(body, request, principal)
 

@@ -86,3 +86,11 @@ def test_an_unknown_nested_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("RAGLINE_INDEX__POLL_SECOND", "1")  # a typo must not be silently ignored
     with pytest.raises(ValueError, match="poll_second"):
         Settings()
+
+
+def test_admission_tenant_weights_come_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGLINE_ADMISSION__TENANT_WEIGHTS", '{"acme": 2, "globex": 0.5}')
+    assert Settings().admission.tenant_weights == {"acme": 2.0, "globex": 0.5}
+    monkeypatch.setenv("RAGLINE_ADMISSION__TENANT_WEIGHTS", '{"acme": 0}')
+    with pytest.raises(ValidationError, match="greater than 0"):
+        Settings()
