@@ -133,6 +133,11 @@ class RetrieveSettings(Section):
     dense_weight: float = Field(1.0, ge=0.0)
     lexical_weight: float = Field(1.0, ge=0.0)
     candidates: int = Field(50, ge=1, le=2000)
+    # Fusion of the dense and lexical legs: rrf (ranks only) or convex (weighted sum of
+    # per-query min-max normalised scores); per-leg depths default to ``candidates``.
+    fusion_method: Literal["rrf", "convex"] = "rrf"
+    dense_candidates: int | None = Field(None, ge=1, le=2000)
+    lexical_candidates: int | None = Field(None, ge=1, le=2000)
     exact_max_allowed: int = Field(20_000, ge=0)
     exact_max_fraction: float = Field(0.02, ge=0.0, le=1.0)
     overfetch_min_fraction: float = Field(0.9, ge=0.0, le=1.0)

@@ -293,6 +293,50 @@ class FiltersIn(Strict):
     )
 
 
+FusionWeight = Annotated[float, Field(strict=True, ge=0.0, le=1000.0, allow_inf_nan=False)]
+FusionDepth = Annotated[int, Field(strict=True, ge=1, le=2000)]
+
+
+class FusionWeightsIn(Strict):
+    """Per-leg weights; relative (scaling both keeps the order), 0 drops the leg."""
+
+    dense: FusionWeight | None = None
+    lexical: FusionWeight | None = None
+
+
+class FusionDepthIn(Strict):
+    """How many candidates each leg fetches before fusion (never fewer than ``top_k``)."""
+
+    dense: FusionDepth | None = None
+    lexical: FusionDepth | None = None
+
+
+class FusionIn(Strict):
+    """How the dense and lexical legs are fused; a field left out keeps the tenant's default,
+    or the server's setting when the tenant has none. ``rrf``: ``sum w / (rrf_k + rank)``;
+    ``convex``: ``sum w * min-max normalised score`` (per leg, per query)."""
+
+    method: Literal["rrf", "convex"] | None = None
+    rrf_k: Annotated[int, Field(strict=True, ge=1, le=10_000)] | None = None
+    weights: FusionWeightsIn | None = None
+    candidates: FusionDepthIn | None = None
+
+    @model_validator(mode="after")
+    def _a_leg_counts(self) -> FusionIn:
+        if self.weights is not None and self.weights.dense == 0 and self.weights.lexical == 0:
+            raise ValueError("at least one fusion weight must be above 0")
+        return self
+
+
+class FusionOut(BaseModel):
+    """The fusion an answer used (request over tenant default over settings)."""
+
+    method: Literal["rrf", "convex"]
+    rrf_k: int
+    weights: dict[str, float]
+    candidates: dict[str, int]
+
+
 class RetrieveInBase(Strict):
     """The shape of a retrieval request. The fields whose limits settings hold have none
     here: ``retrieve_in_model`` gives them, so use the model it builds, not this one."""
@@ -317,6 +361,7 @@ class RetrieveInBase(Strict):
     max_context_tokens: int
     expand: Literal["none", "parent"] = "none"
     as_principal: PrincipalId | None = None
+    fusion: FusionIn | None = None
 
 
 class ResultOut(BaseModel):
@@ -407,6 +452,7 @@ class RetrieveOut(BaseModel):
     timings_ms: dict[str, float]
     degraded: list[DegradedStage]
     request_id: str
+    fusion: FusionOut | None = Field(None, description="the fusion this answer used")
 
 
 # --- errors -----------------------------------------------------------------------------------
