@@ -58,3 +58,9 @@ def set_tenant_defaults(
 def clear_tenant_defaults(conn: psycopg.Connection, *, tenant_id: str) -> bool:
     """Drop the tenant's defaults; True when it had some."""
     return conn.execute("DELETE FROM tenant_fusion WHERE tenant_id = %s", (tenant_id,)).rowcount > 0
+
+
+def all_tenant_defaults(conn: psycopg.Connection) -> dict[str, FusionOverride]:
+    """Every tenant's stored defaults, by tenant (``ragline status``)."""
+    rows = conn.execute(f"SELECT tenant_id, {_COLUMNS} FROM tenant_fusion ORDER BY tenant_id").fetchall()
+    return {row[0]: FusionOverride(*row[1:]) for row in rows}

@@ -28,6 +28,7 @@ from ragline_client.models import (
     DocumentDeletedOut,
     DocumentIn,
     FiltersIn,
+    FusionIn,
     GroupsBody,
     GroupsOut,
     HealthOut,
@@ -168,6 +169,7 @@ def retrieve(
     max_context_tokens: int | None,
     expand: Literal["none", "parent"],
     as_principal: str | None,
+    fusion: FusionIn | Mapping[str, Any] | None = None,
 ) -> Flow[RetrieveOut]:
     # Unset limits are left out so the server's configured defaults apply.
     body: dict[str, Any] = {"query": query, "mode": mode, "expand": expand}
@@ -178,6 +180,9 @@ def retrieve(
     if filters is not None:
         parsed = filters if isinstance(filters, FiltersIn) else FiltersIn.model_validate(filters)
         body["filters"] = parsed.model_dump(mode="json", exclude_defaults=True)
+    if fusion is not None:
+        chosen = fusion if isinstance(fusion, FusionIn) else FusionIn.model_validate(fusion)
+        body["fusion"] = chosen.model_dump(mode="json", exclude_none=True)
     return _single(Call("POST", "/v1/retrieve", _model(RetrieveOut), json=body))
 
 

@@ -28,6 +28,7 @@ from ragline_client.models import (
     DocumentDeletedOut,
     DocumentIn,
     FiltersIn,
+    FusionIn,
     GroupsOut,
     HealthOut,
     JobOut,
@@ -174,8 +175,13 @@ class Client:
         max_context_tokens: int | None = None,
         expand: Expand = "none",
         as_principal: str | None = None,
+        fusion: FusionIn | Mapping[str, Any] | None = None,
     ) -> RetrieveOut:
-        """Permission-filtered retrieval; limits left ``None`` take the server's defaults."""
+        """Permission-filtered retrieval; limits left ``None`` take the server's defaults.
+
+        ``fusion`` (e.g. ``{"method": "convex", "weights": {"dense": 0.7, "lexical": 0.3}}``)
+        overrides the tenant's fusion defaults field by field; the answer's ``fusion`` names
+        the one used."""
         return self._run(
             flows.retrieve(
                 query,
@@ -186,6 +192,7 @@ class Client:
                 max_context_tokens=max_context_tokens,
                 expand=expand,
                 as_principal=as_principal,
+                fusion=fusion,
             )
         )
 
@@ -328,6 +335,7 @@ class AsyncClient:
         max_context_tokens: int | None = None,
         expand: Expand = "none",
         as_principal: str | None = None,
+        fusion: FusionIn | Mapping[str, Any] | None = None,
     ) -> RetrieveOut:
         return await self._run(
             flows.retrieve(
@@ -339,6 +347,7 @@ class AsyncClient:
                 max_context_tokens=max_context_tokens,
                 expand=expand,
                 as_principal=as_principal,
+                fusion=fusion,
             )
         )
 

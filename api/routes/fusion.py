@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from api.deps import AdminPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
@@ -25,6 +25,29 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 class TenantFusionOut(BaseModel):
     """``tenant``: the stored fields (null: none stored); ``settings``: the server's defaults;
     ``effective``: what a request that names no fusion of its own uses."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "tenant_id": "acme",
+                    "tenant": {"method": "convex", "dense_weight": 0.7, "lexical_weight": 0.3},
+                    "settings": {
+                        "method": "rrf",
+                        "rrf_k": 60,
+                        "weights": {"dense": 1.0, "lexical": 1.0},
+                        "candidates": {"dense": 50, "lexical": 50},
+                    },
+                    "effective": {
+                        "method": "convex",
+                        "rrf_k": 60,
+                        "weights": {"dense": 0.7, "lexical": 0.3},
+                        "candidates": {"dense": 50, "lexical": 50},
+                    },
+                }
+            ]
+        }
+    )
 
     tenant_id: str
     tenant: dict[str, Any] | None
