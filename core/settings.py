@@ -233,6 +233,14 @@ class ReembedSettings(Section):
     # Sample queries answered by both: query-file lines, or (audit.store_query_text, no file) the
     # last distinct audited retrieves, each as its own principal.
     query_sample: int = Field(200, ge=1, le=100_000)
+    # Label-free checks on every migration (jobs/reembed_gate.py): titles/headings as queries
+    # that must find their own document about as often as live does; chunks of different
+    # documents must keep at least health_spread_ratio of live's 1 - cosine; agreement with live.
+    structure_probes: int = Field(200, ge=1, le=100_000)
+    structure_tolerance: float = Field(0.1, ge=0.0, le=1.0)
+    health_pairs: int = Field(500, ge=1, le=100_000)
+    health_spread_ratio: float = Field(0.2, ge=0.0, le=1.0)
+    agreement_floor: float = Field(0.2, ge=0.0, le=1.0)
     # Budgets the two versions (and two query models) must fit together; None: not checked.
     ram_budget_bytes: int | None = Field(None, ge=0)
     disk_budget_bytes: int | None = Field(None, ge=0)
