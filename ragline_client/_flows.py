@@ -27,6 +27,8 @@ from ragline_client.models import (
     DocumentAclOut,
     DocumentDeletedOut,
     DocumentIn,
+    FeedbackIn,
+    FeedbackOut,
     FiltersIn,
     FusionIn,
     GroupsBody,
@@ -184,6 +186,11 @@ def retrieve(
         chosen = fusion if isinstance(fusion, FusionIn) else FusionIn.model_validate(fusion)
         body["fusion"] = chosen.model_dump(mode="json", exclude_none=True)
     return _single(Call("POST", "/v1/retrieve", _model(RetrieveOut), json=body))
+
+
+def feedback(body: FeedbackIn) -> Flow[FeedbackOut]:
+    payload = body.model_dump(mode="json", exclude_none=True)
+    return _single(Call("POST", "/v1/feedback", _model(FeedbackOut), json=payload))
 
 
 def connector_state(name: str) -> Flow[ConnectorStateOut]:

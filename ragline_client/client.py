@@ -27,6 +27,8 @@ from ragline_client.models import (
     DocumentAclOut,
     DocumentDeletedOut,
     DocumentIn,
+    FeedbackIn,
+    FeedbackOut,
     FiltersIn,
     FusionIn,
     GroupsOut,
@@ -196,6 +198,19 @@ class Client:
             )
         )
 
+    def feedback(
+        self,
+        request_id: str,
+        label: Literal["relevant", "not_relevant"] | int,
+        *,
+        chunk_id: str | None = None,
+        external_id: str | None = None,
+    ) -> FeedbackOut:
+        """Judge one result of the retrieve ``request_id`` (its answer's ``request_id``): by
+        ``chunk_id`` or the document's ``external_id``; ``label`` relevant, not_relevant or 0-3."""
+        body = FeedbackIn(request_id=request_id, label=label, chunk_id=chunk_id, external_id=external_id)
+        return self._run(flows.feedback(body))
+
     def job(self, job_id: str) -> JobOut:
         return self._run(flows.job(job_id))
 
@@ -350,6 +365,17 @@ class AsyncClient:
                 fusion=fusion,
             )
         )
+
+    async def feedback(
+        self,
+        request_id: str,
+        label: Literal["relevant", "not_relevant"] | int,
+        *,
+        chunk_id: str | None = None,
+        external_id: str | None = None,
+    ) -> FeedbackOut:
+        body = FeedbackIn(request_id=request_id, label=label, chunk_id=chunk_id, external_id=external_id)
+        return await self._run(flows.feedback(body))
 
     async def job(self, job_id: str) -> JobOut:
         return await self._run(flows.job(job_id))

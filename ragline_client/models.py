@@ -364,6 +364,38 @@ class RetrieveInBase(Strict):
     fusion: FusionIn | None = None
 
 
+class FeedbackIn(Strict):
+    """A judgement of one result of one retrieve: by ``chunk_id`` or by the document's
+    ``external_id`` (exactly one). ``label``: ``relevant`` (grade 1), ``not_relevant`` (0) or
+    a graded 0-3."""
+
+    request_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+    chunk_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")] | None = None
+    external_id: ExternalId | None = None
+    label: Literal["relevant", "not_relevant"] | Annotated[int, Field(strict=True, ge=0, le=3)]
+
+    @model_validator(mode="after")
+    def _one_target(self) -> FeedbackIn:
+        if (self.chunk_id is None) == (self.external_id is None):
+            raise ValueError("give exactly one of chunk_id and external_id")
+        return self
+
+    @property
+    def grade(self) -> int:
+        if isinstance(self.label, int):
+            return self.label
+        return 1 if self.label == "relevant" else 0
+
+
+class FeedbackOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"feedback_id": 17, "grade": 1, "query_stored": False}]}
+    )
+    feedback_id: int
+    grade: int
+    query_stored: bool = Field(description="whether the query text was kept (audit.store_query_text)")
+
+
 class ResultOut(BaseModel):
     rank: int
     chunk_id: str

@@ -34,6 +34,7 @@ ERROR_STATUSES = {
     ("/v1/retrieve", "post"): {"401", "403", "413", "422", "429", "503"} | _ANY,
     ("/v1/admin/status", "get"): {"401", "403", "429"} | _ANY,
     ("/v1/admin/fusion", "get"): {"401", "403", "429"} | _ANY,
+    ("/v1/feedback", "post"): {"401", "403", "404", "413", "422", "429"} | _ANY,
     ("/v1/admin/fusion", "put"): {"401", "403", "413", "422", "429"} | _ANY,
     ("/v1/admin/fusion", "delete"): {"401", "403", "429"} | _ANY,
     ("/v1/me", "get"): {"401", "429"} | _ANY,
