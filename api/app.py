@@ -21,7 +21,7 @@ from api.limits import KeyLimiter, KeyLimits
 from api.metrics import MetricsMiddleware, metrics_router
 from api.middleware import RequestContextMiddleware
 from api.observe import ChangeVisibilityProbe, ObserveConfig, RetrieveObserver
-from api.routes import admin, connectors, health
+from api.routes import admin, connectors, feedback, fusion, health
 from api.schemas import RetrieveLimits
 from authz.principals import KeyAuthenticator
 from catalog.db import apply_migrations, open_pool
@@ -155,6 +155,8 @@ def create_app(
         app.include_router(metrics_router(app))
     app.include_router(health.router)
     app.include_router(admin.router)
+    app.include_router(fusion.router)
+    app.include_router(feedback.router)
     app.include_router(connectors.router)
     for router in extra_routers(retrieve_limits(settings)):
         app.include_router(router)

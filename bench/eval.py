@@ -22,6 +22,7 @@ import psycopg
 from authz.acl import AclFilter
 from bench.metrics import BeirCollection, doc_scores_from_chunks, evaluate_run, load_beir
 from catalog import jobs as jobs_repo
+from catalog.fusion import FusionOverride
 from catalog.jobs import NewItem
 from catalog.maintenance import live_leaf_count
 from catalog.principals import ensure_tenant
@@ -69,6 +70,7 @@ class EvalReport:
     chunks: int
     index_seconds: float
     modes: list[ModeReport] = field(default_factory=list)
+    fusion: dict[str, Any] | None = None  # what the modes fused with (the tenant's default included)
 
     def as_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -113,6 +115,7 @@ def run_mode(
     depth: int,
     agg: str,
     ks: Sequence[int],
+    fusion: FusionOverride | None = None,
 ) -> ModeReport:
     kind, rerank = MODES[mode]
     acl = AclFilter(tenant_id=tenant, readers=frozenset({"service:eval"}))
@@ -124,7 +127,10 @@ def run_mode(
             continue
         t = time.perf_counter()
         result = service.retrieve(
-            RetrieveRequest(query=text, top_k=depth, mode=kind, rerank=rerank, max_context_tokens=0), acl
+            RetrieveRequest(
+                query=text, top_k=depth, mode=kind, rerank=rerank, max_context_tokens=0, fusion=fusion
+            ),
+            acl,
         )
         latencies.append((time.perf_counter() - t) * 1000)
         degraded += bool(result.degraded)
@@ -155,7 +161,10 @@ def evaluate(
     depth: int = 200,
     embedder: Any = None,
     use_ray: bool = True,
+    fusion: FusionOverride | None = None,
 ) -> EvalReport:
+    """``fusion`` overrides the eval tenant's stored fusion defaults, which apply as to any
+    retrieve; the report names the fusion used."""
     from psycopg_pool import ConnectionPool
 
     from catalog.connect import database_url
@@ -204,8 +213,11 @@ def evaluate(
                 print(f"skipping {mode}: no reranker configured (RAGLINE_RERANK__MODEL)", file=sys.stderr)
                 continue
             report.modes.append(
-                run_mode(service, collection, tenant=tenant, mode=mode, depth=depth, agg=agg, ks=ks)
+                run_mode(
+                    service, collection, tenant=tenant, mode=mode, depth=depth, agg=agg, ks=ks, fusion=fusion
+                )
             )
+        report.fusion = service.fusion_for(tenant, fusion).describe()
     finally:
         close()
         pool.close()
@@ -232,6 +244,7 @@ def format_table(report: EvalReport) -> str:
     out = [
         f"{report.dataset}: {report.documents} documents, {report.chunks} chunks;"
         f" ingest {report.ingest_seconds}s ({report.ingest_state}), index {report.index_seconds}s",
+        *([f"fusion: {json.dumps(report.fusion, sort_keys=True)}"] if report.fusion else []),
         line(head),
         "|" + "|".join("-" * (w + 2) for w in widths) + "|",
         *map(line, rows),

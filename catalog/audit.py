@@ -85,6 +85,8 @@ ACTIONS: Mapping[str, Shape] = {
         "connector", "cursor", "set_documents", "remove_documents", "set_groups", "remove_groups"
     ),
     "connector.reset": _write("connector", "had_state"),
+    "fusion.set": _write("tenant id", "fusion"),  # fusion None: the tenant's defaults were dropped
+    "feedback.record": _write("request id", "feedback_id", "grade", "by"),
     "console.search_as": _write("principal id"),
     "console.explain": _write("principal id"),
     "schema.migrate": Shape("migration", frozenset({"checksum"})),

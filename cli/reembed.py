@@ -120,7 +120,15 @@ def _report(url: str, job_id: str, state: str | None) -> int:
         job = jobs_repo.get_job(conn, job_id=uuid.UUID(job_id))
     report = dict(job.params.get("report") or {}) if job else {}
     gate = report.get("gate") or {}
-    for name in ("completeness", "index_quality", "retrieval_quality", "query_sample"):
+    for name in (
+        "completeness",
+        "index_quality",
+        "structure",
+        "agreement",
+        "space_health",
+        "retrieval_quality",
+        "query_sample",
+    ):
         if isinstance(gate.get(name), dict):
             shown = {k: v for k, v in gate[name].items() if not isinstance(v, dict | list)}
             print(f"  {name}: " + "  ".join(f"{k} {v}" for k, v in shown.items()), file=sys.stderr)

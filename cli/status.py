@@ -32,14 +32,21 @@ def _bytes(n: int | None) -> str:
 def _status(args: argparse.Namespace) -> int:
     import psycopg
 
+    from catalog import fusion as fusion_repo
     from catalog.connect import migrated_url
+    from wiring.search import fusion_config
     from wiring.status import deployment_status
 
     settings = get_settings()
     with psycopg.connect(migrated_url(settings)) as conn:
         report = deployment_status(settings, conn)
+        tenant_fusion = fusion_repo.all_tenant_defaults(conn)
+    base = fusion_config(settings)
+    fusion = [{"tenant_id": "(settings)", **base.describe()}] + [
+        {"tenant_id": t, **base.merged(o).describe()} for t, o in tenant_fusion.items()
+    ]
     if args.json:
-        print_json(asdict(report))
+        print_json({**asdict(report), "fusion": fusion})
         return 0
     rebuild = report.last_rebuild
     migration = report.last_migration
@@ -89,5 +96,20 @@ def _status(args: argparse.Namespace) -> int:
         ("job_id", "tenant_id", "kind", "state", "documents_done", "documents_total", "started_at"),
         as_json=False,
         title="running jobs",
+    )
+    print_rows(
+        [
+            {
+                "tenant": f["tenant_id"],
+                "method": f["method"],
+                "rrf_k": f["rrf_k"],
+                "weights": f"dense {f['weights']['dense']:g}, lexical {f['weights']['lexical']:g}",
+                "candidates": f"dense {f['candidates']['dense']}, lexical {f['candidates']['lexical']}",
+            }
+            for f in fusion
+        ],
+        ("tenant", "method", "rrf_k", "weights", "candidates"),
+        as_json=False,
+        title="fusion (settings, then each tenant's stored defaults over them)",
     )
     return 0

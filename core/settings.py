@@ -150,6 +150,11 @@ class RetrieveSettings(Section):
     dense_weight: float = Field(1.0, ge=0.0)
     lexical_weight: float = Field(1.0, ge=0.0)
     candidates: int = Field(50, ge=1, le=2000)
+    # Fusion of the dense and lexical legs: rrf (ranks only) or convex (weighted sum of
+    # per-query min-max normalised scores); per-leg depths default to ``candidates``.
+    fusion_method: Literal["rrf", "convex"] = "rrf"
+    dense_candidates: int | None = Field(None, ge=1, le=2000)
+    lexical_candidates: int | None = Field(None, ge=1, le=2000)
     exact_max_allowed: int = Field(20_000, ge=0)
     exact_max_fraction: float = Field(0.02, ge=0.0, le=1.0)
     overfetch_min_fraction: float = Field(0.9, ge=0.0, le=1.0)
@@ -260,6 +265,14 @@ class ReembedSettings(Section):
     # Sample queries answered by both: query-file lines, or (audit.store_query_text, no file) the
     # last distinct audited retrieves, each as its own principal.
     query_sample: int = Field(200, ge=1, le=100_000)
+    # Label-free checks on every migration (jobs/reembed_gate.py): titles/headings as queries
+    # that must find their own document about as often as live does; chunks of different
+    # documents must keep at least health_spread_ratio of live's 1 - cosine; agreement with live.
+    structure_probes: int = Field(200, ge=1, le=100_000)
+    structure_tolerance: float = Field(0.1, ge=0.0, le=1.0)
+    health_pairs: int = Field(500, ge=1, le=100_000)
+    health_spread_ratio: float = Field(0.2, ge=0.0, le=1.0)
+    agreement_floor: float = Field(0.2, ge=0.0, le=1.0)
     # Budgets the two versions (and two query models) must fit together; None: not checked.
     ram_budget_bytes: int | None = Field(None, ge=0)
     disk_budget_bytes: int | None = Field(None, ge=0)

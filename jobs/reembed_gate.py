@@ -8,6 +8,23 @@
    minus the live version, both through the real search path;
 4. a sample of real queries answered by both, each with its own principal's ACL (a query
    file, or the last retrieves of the audit log when it stores query text): the top-10 overlap.
+
+Label-free checks that run on every migration, with or without a gate dataset (a small or
+easy gate set can pass a broken model: bag-of-token overlap alone scores well on it):
+
+5. structure: each sampled document's own title (or heading path), asked as its ACL allows,
+   must find that document in the top 10 (dense mode), about as often as on the live version;
+6. agreement: the top-10 overlap of both versions on those same label-free queries;
+7. space health: the mean cosine similarity of chunks from different documents; a collapsed
+   space (random weights, broken pooling) puts everything close to everything. Measured on
+   the bundled tests' corpus: live MiniLM 0.08, its CLS-pooling variant (anisotropic, still
+   reasonable) 0.56, random weights 0.96.
+
+A target fails "structure" when its hit rate is below the live one by more than
+``structure_tolerance``; "space_health" when its unrelated pairs leave less room to identical
+(``1 - cos``) than ``health_spread_ratio`` times the live version's (0.2: five times closer
+to identical than live's); "agreement" only when it also disagrees with the live
+version (mean overlap below ``agreement_floor``) without finding its own structure better.
 """
 
 from __future__ import annotations
@@ -24,7 +41,7 @@ import psycopg
 
 from authz.acl import AclFilter, build_acl_filter
 from authz.principals import Principal
-from catalog import audit
+from catalog import audit, gate_probes
 from catalog import principals as principals_repo
 from catalog.indexes import VersionRow
 from core.beir import load_beir
@@ -53,6 +70,11 @@ class GateConfig:
     query_file: Path | None
     query_sample: int
     audit_queries: bool  # no query file: sample the audit log's retrieves (audit.store_query_text)
+    structure_probes: int = 200
+    structure_tolerance: float = 0.1
+    health_pairs: int = 500
+    health_spread_ratio: float = 0.2
+    agreement_floor: float = 0.2
 
 
 def completeness(conn: psycopg.Connection, target: VersionRow, *, live_chunks: int) -> dict[str, Any]:
@@ -217,4 +239,102 @@ def query_overlap(
         "skipped_with_filters": skipped,
         "mean_top10_overlap": round(mean, 4),
         "min_top10_overlap": round(min(overlaps, default=0.0), 4),
+    }
+
+
+def structure_and_agreement(
+    live: SearchService, target: SearchService, config: GateConfig, conn: psycopg.Connection
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Checks 5 and 6: titles and heading paths as queries (dense mode, each as its document's
+    readers), the share that finds its own document in the top 10 on each version, and the
+    top-10 overlap of the two versions on them. Only counts are reported."""
+    probes = gate_probes.structure_probes(conn, limit=config.structure_probes)
+    conn.commit()
+    hits = {"live": 0, "target": 0}
+    overlaps: list[float] = []
+    for p in probes:
+        acl = AclFilter(tenant_id=p.tenant_id, readers=frozenset(p.readers) | {GATE_READER})
+        ranked = {}
+        for name, service in (("live", live), ("target", target)):
+            ranked[name], _, _ = _ranked_docs(service, p.query, acl, "dense")
+            hits[name] += p.external_id in ranked[name][:K]
+        both = min(K, len(ranked["live"]), len(ranked["target"]))
+        if both:
+            overlaps.append(len(set(ranked["live"][:both]) & set(ranked["target"][:both])) / both)
+    n = len(probes)
+    live_rate = hits["live"] / n if n else 0.0
+    target_rate = hits["target"] / n if n else 0.0
+    structure = {
+        "passed": n == 0 or target_rate >= live_rate - config.structure_tolerance,
+        "probes": n,
+        "live_hit_at_10": round(live_rate, 4),
+        "target_hit_at_10": round(target_rate, 4),
+        "tolerance": config.structure_tolerance,
+    }
+    mean = sum(overlaps) / len(overlaps) if overlaps else 1.0
+    agreement = {
+        "passed": not overlaps or mean >= config.agreement_floor or target_rate > live_rate,
+        "queries": len(overlaps),
+        "mean_top10_overlap": round(mean, 4),
+        "floor": config.agreement_floor,
+    }
+    return structure, agreement
+
+
+def _unrelated_similarity(
+    conn: psycopg.Connection, version_row: VersionRow, pairs: int, seed: int
+) -> tuple[float, int] | None:
+    """Mean cosine similarity of up to ``pairs`` random pairs of stored chunk vectors from
+    different documents, and how many pairs; None when there are not two documents."""
+    version = load_version(Path(version_row.path))
+    shards = [s for s in version.shards if int(s.dense.ntotal) > 0]
+    if not shards:
+        return None
+    sizes = np.array([int(s.dense.ntotal) for s in shards])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, offsets[-1], size=(2, 4 * pairs))
+
+    def locate(i: int) -> tuple[int, int]:
+        shard = int(np.searchsorted(offsets, i, side="right") - 1)
+        return shard, int(i - offsets[shard])
+
+    def row_of(i: int) -> int:
+        shard, pos = locate(i)
+        return int(shards[shard].row_ids[pos])
+
+    docs = gate_probes.documents_of_rows(conn, sorted({row_of(int(i)) for i in np.concatenate([a, b])}))
+    conn.commit()
+    sims: list[float] = []
+    for i, j in zip(a, b, strict=True):
+        di, dj = docs.get(row_of(int(i))), docs.get(row_of(int(j)))
+        if di is None or dj is None or di == dj:
+            continue
+        (si, pi), (sj, pj) = locate(int(i)), locate(int(j))
+        u = np.asarray(shards[si].dense.vectors[pi], dtype=np.float64)
+        v = np.asarray(shards[sj].dense.vectors[pj], dtype=np.float64)
+        norm = float(np.linalg.norm(u) * np.linalg.norm(v))
+        if norm > 0:
+            sims.append(float(u @ v) / norm)
+        if len(sims) >= pairs:
+            break
+    return (math.fsum(sims) / len(sims), len(sims)) if sims else None
+
+
+def space_health(
+    conn: psycopg.Connection, live: VersionRow | None, target: VersionRow, config: GateConfig, seed: int = 0
+) -> dict[str, Any]:
+    """Check 7: the unrelated-pair similarity of the target against the live version's."""
+    got = _unrelated_similarity(conn, target, config.health_pairs, seed)
+    base = _unrelated_similarity(conn, live, config.health_pairs, seed) if live is not None else None
+    if got is None or base is None:
+        return {"passed": True, "pairs": 0 if got is None else got[1], "skipped": "fewer than two documents"}
+    return {
+        # The room left to identical (1 - cos), not the raw similarity: anisotropic but sound
+        # models sit well above live's mean, a collapsed space leaves almost no room at all.
+        "passed": 1.0 - got[0] >= config.health_spread_ratio * (1.0 - base[0]),
+        "pairs": got[1],
+        "live_mean_unrelated_cosine": round(base[0], 4),
+        "target_mean_unrelated_cosine": round(got[0], 4),
+        "spread_ratio": config.health_spread_ratio,
     }

@@ -258,13 +258,23 @@ def _run_gate(
     }
     conn.commit()
     g = config.gate
-    if live is not None and (g.dataset is not None or g.query_file is not None or g.audit_queries):
+    result["space_health"] = gate.space_health(conn, live, target, g)
+    if live is not None:  # the label-free checks run on every migration
         with config.open_search(live.version_id) as old, config.open_search(target_id) as new:
-            result["retrieval_quality"] = gate.retrieval_quality(old, new, config.gate)
-            result["query_sample"] = gate.query_overlap(old, new, config.gate, conn)
+            result["structure"], result["agreement"] = gate.structure_and_agreement(old, new, g, conn)
+            if g.dataset is not None or g.query_file is not None or g.audit_queries:
+                result["retrieval_quality"] = gate.retrieval_quality(old, new, g)
+                result["query_sample"] = gate.query_overlap(old, new, g, conn)
     failed = [
         name
-        for name in ("completeness", "index_quality", "retrieval_quality")
+        for name in (
+            "completeness",
+            "index_quality",
+            "retrieval_quality",
+            "structure",
+            "agreement",
+            "space_health",
+        )
         if isinstance(result.get(name), dict) and not result[name]["passed"]
     ]
     result["passed"] = not failed

@@ -29,7 +29,10 @@ from ragline_client.models import (
     DocumentIn,
     DocumentOut,
     ErrorBody,
+    FeedbackIn,
+    FeedbackOut,
     FiltersIn,
+    FusionIn,
     GroupsBody,
     GroupsOut,
     HealthOut,
@@ -195,6 +198,7 @@ def retrieve(
     max_context_tokens: int | None,
     expand: Literal["none", "parent"],
     as_principal: str | None,
+    fusion: FusionIn | Mapping[str, Any] | None = None,
 ) -> Flow[RetrieveOut]:
     # Unset limits are left out so the server's configured defaults apply.
     body: dict[str, Any] = {"query": query, "mode": mode, "expand": expand}
@@ -205,7 +209,15 @@ def retrieve(
     if filters is not None:
         parsed = filters if isinstance(filters, FiltersIn) else FiltersIn.model_validate(filters)
         body["filters"] = parsed.model_dump(mode="json", exclude_defaults=True)
+    if fusion is not None:
+        chosen = fusion if isinstance(fusion, FusionIn) else FusionIn.model_validate(fusion)
+        body["fusion"] = chosen.model_dump(mode="json", exclude_none=True)
     return _single(Call("POST", "/v1/retrieve", _model(RetrieveOut), json=body))
+
+
+def feedback(body: FeedbackIn) -> Flow[FeedbackOut]:
+    payload = body.model_dump(mode="json", exclude_none=True)
+    return _single(Call("POST", "/v1/feedback", _model(FeedbackOut), json=payload))
 
 
 def connector_state(name: str) -> Flow[ConnectorStateOut]:

@@ -29,7 +29,10 @@ from ragline_client.models import (
     DocumentDeletedOut,
     DocumentIn,
     DocumentOut,
+    FeedbackIn,
+    FeedbackOut,
     FiltersIn,
+    FusionIn,
     GroupsOut,
     HealthOut,
     JobOut,
@@ -191,8 +194,13 @@ class Client:
         max_context_tokens: int | None = None,
         expand: Expand = "none",
         as_principal: str | None = None,
+        fusion: FusionIn | Mapping[str, Any] | None = None,
     ) -> RetrieveOut:
-        """Permission-filtered retrieval; limits left ``None`` take the server's defaults."""
+        """Permission-filtered retrieval; limits left ``None`` take the server's defaults.
+
+        ``fusion`` (e.g. ``{"method": "convex", "weights": {"dense": 0.7, "lexical": 0.3}}``)
+        overrides the tenant's fusion defaults field by field; the answer's ``fusion`` names
+        the one used."""
         return self._run(
             flows.retrieve(
                 query,
@@ -203,6 +211,7 @@ class Client:
                 max_context_tokens=max_context_tokens,
                 expand=expand,
                 as_principal=as_principal,
+                fusion=fusion,
             )
         )
 
@@ -213,6 +222,19 @@ class Client:
     def document(self, external_id: str, *, as_principal: str | None = None) -> DocumentOut:
         """``GET /v1/documents/{id}``: a document's chunks in order, if the caller may read it."""
         return self._run(flows.document(external_id, as_principal))
+
+    def feedback(
+        self,
+        request_id: str,
+        label: Literal["relevant", "not_relevant"] | int,
+        *,
+        chunk_id: str | None = None,
+        external_id: str | None = None,
+    ) -> FeedbackOut:
+        """Judge one result of the retrieve ``request_id`` (its answer's ``request_id``): by
+        ``chunk_id`` or the document's ``external_id``; ``label`` relevant, not_relevant or 0-3."""
+        body = FeedbackIn(request_id=request_id, label=label, chunk_id=chunk_id, external_id=external_id)
+        return self._run(flows.feedback(body))
 
     def job(self, job_id: str) -> JobOut:
         return self._run(flows.job(job_id))
@@ -362,6 +384,7 @@ class AsyncClient:
         max_context_tokens: int | None = None,
         expand: Expand = "none",
         as_principal: str | None = None,
+        fusion: FusionIn | Mapping[str, Any] | None = None,
     ) -> RetrieveOut:
         return await self._run(
             flows.retrieve(
@@ -373,6 +396,7 @@ class AsyncClient:
                 max_context_tokens=max_context_tokens,
                 expand=expand,
                 as_principal=as_principal,
+                fusion=fusion,
             )
         )
 
@@ -381,6 +405,17 @@ class AsyncClient:
 
     async def document(self, external_id: str, *, as_principal: str | None = None) -> DocumentOut:
         return await self._run(flows.document(external_id, as_principal))
+
+    async def feedback(
+        self,
+        request_id: str,
+        label: Literal["relevant", "not_relevant"] | int,
+        *,
+        chunk_id: str | None = None,
+        external_id: str | None = None,
+    ) -> FeedbackOut:
+        body = FeedbackIn(request_id=request_id, label=label, chunk_id=chunk_id, external_id=external_id)
+        return await self._run(flows.feedback(body))
 
     async def job(self, job_id: str) -> JobOut:
         return await self._run(flows.job(job_id))

@@ -383,6 +383,50 @@ def canonical_mode(value: object) -> object:
 SearchMode = Annotated[Literal["hybrid", "dense", "lexical"], BeforeValidator(canonical_mode)]
 
 
+FusionWeight = Annotated[float, Field(strict=True, ge=0.0, le=1000.0, allow_inf_nan=False)]
+FusionDepth = Annotated[int, Field(strict=True, ge=1, le=2000)]
+
+
+class FusionWeightsIn(Strict):
+    """Per-leg weights; relative (scaling both keeps the order), 0 drops the leg."""
+
+    dense: FusionWeight | None = None
+    lexical: FusionWeight | None = None
+
+
+class FusionDepthIn(Strict):
+    """How many candidates each leg fetches before fusion (never fewer than ``top_k``)."""
+
+    dense: FusionDepth | None = None
+    lexical: FusionDepth | None = None
+
+
+class FusionIn(Strict):
+    """How the dense and lexical legs are fused; a field left out keeps the tenant's default,
+    or the server's setting when the tenant has none. ``rrf``: ``sum w / (rrf_k + rank)``;
+    ``convex``: ``sum w * min-max normalised score`` (per leg, per query)."""
+
+    method: Literal["rrf", "convex"] | None = None
+    rrf_k: Annotated[int, Field(strict=True, ge=1, le=10_000)] | None = None
+    weights: FusionWeightsIn | None = None
+    candidates: FusionDepthIn | None = None
+
+    @model_validator(mode="after")
+    def _a_leg_counts(self) -> FusionIn:
+        if self.weights is not None and self.weights.dense == 0 and self.weights.lexical == 0:
+            raise ValueError("at least one fusion weight must be above 0")
+        return self
+
+
+class FusionOut(BaseModel):
+    """The fusion an answer used (request over tenant default over settings)."""
+
+    method: Literal["rrf", "convex"]
+    rrf_k: int
+    weights: dict[str, float]
+    candidates: dict[str, int]
+
+
 class RetrieveInBase(Strict):
     """The shape of a retrieval request. The fields whose limits settings hold have none
     here: ``retrieve_in_model`` gives them, so use the model it builds, not this one."""
@@ -407,6 +451,39 @@ class RetrieveInBase(Strict):
     max_context_tokens: StrictInt
     expand: Literal["none", "parent"] = "none"
     as_principal: PrincipalId | None = None
+    fusion: FusionIn | None = None
+
+
+class FeedbackIn(Strict):
+    """A judgement of one result of one retrieve: by ``chunk_id`` or by the document's
+    ``external_id`` (exactly one). ``label``: ``relevant`` (grade 1), ``not_relevant`` (0) or
+    a graded 0-3."""
+
+    request_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+    chunk_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")] | None = None
+    external_id: ExternalId | None = None
+    label: Literal["relevant", "not_relevant"] | Annotated[int, Field(strict=True, ge=0, le=3)]
+
+    @model_validator(mode="after")
+    def _one_target(self) -> FeedbackIn:
+        if (self.chunk_id is None) == (self.external_id is None):
+            raise ValueError("give exactly one of chunk_id and external_id")
+        return self
+
+    @property
+    def grade(self) -> int:
+        if isinstance(self.label, int):
+            return self.label
+        return 1 if self.label == "relevant" else 0
+
+
+class FeedbackOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"feedback_id": 17, "grade": 1, "query_stored": False}]}
+    )
+    feedback_id: int
+    grade: int
+    query_stored: bool = Field(description="whether the query text was kept (audit.store_query_text)")
 
 
 class ResultOut(BaseModel):
@@ -497,6 +574,7 @@ class RetrieveOut(BaseModel):
     timings_ms: dict[str, float]
     degraded: list[DegradedStage]
     request_id: str
+    fusion: FusionOut | None = Field(None, description="the fusion this answer used")
 
 
 _CHUNK_EXAMPLE: dict[str, JsonValue] = {

@@ -9,19 +9,21 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from psycopg_pool import ConnectionPool
 
 from authz.acl import AclFilter
 from catalog import changes as changes_repo
+from catalog import fusion as fusion_repo
+from catalog.fusion import FusionMethod, FusionOverride
 from catalog.serving import ChunkDetail, chunk_details
-from core.errors import UnavailableError
+from core.errors import InvalidInputError, UnavailableError
 from core.records import Hit
 from index.tokens import TokenCounter
-from retrieve.fusion import FusedHit, rerank_fusion, rrf, single_list
+from retrieve.fusion import FusedHit, convex, rerank_fusion, rrf, single_list
 from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
 from retrieve.query_embedding import QueryEmbedders
@@ -40,12 +42,41 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FusionConfig:
-    """How candidate lists are fused; the defaults live in ``RetrieveSettings``."""
+    """How candidate lists are fused; the defaults live in ``RetrieveSettings``, a tenant's
+    in the catalog (``catalog.fusion``), and a request may override both.
+
+    ``candidates`` is each leg's depth unless ``dense_candidates`` / ``lexical_candidates``
+    set that leg's own.
+    """
 
     rrf_k: int
     dense_weight: float
     lexical_weight: float
     candidates: int
+    method: FusionMethod = "rrf"
+    dense_candidates: int | None = None
+    lexical_candidates: int | None = None
+
+    def depth(self, leg: Literal["dense", "lexical"], top_k: int) -> int:
+        """How many candidates the leg fetches: its depth, and never fewer than ``top_k``."""
+        own = self.dense_candidates if leg == "dense" else self.lexical_candidates
+        return max(own or self.candidates, top_k)
+
+    def merged(self, override: FusionOverride | None) -> FusionConfig:
+        """This config with the fields ``override`` sets replaced."""
+        return self if override is None else replace(self, **override.given())  # type: ignore[arg-type]
+
+    def describe(self) -> dict[str, Any]:
+        """The wire form every answer carries (``RetrieveOut.fusion``)."""
+        return {
+            "method": self.method,
+            "rrf_k": self.rrf_k,
+            "weights": {"dense": self.dense_weight, "lexical": self.lexical_weight},
+            "candidates": {
+                "dense": self.dense_candidates or self.candidates,
+                "lexical": self.lexical_candidates or self.candidates,
+            },
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +105,7 @@ class RetrieveRequest:
     mode: Mode = "hybrid"
     rerank: bool | None = None
     expand_parent: bool = False
+    fusion: FusionOverride | None = None  # over the tenant's defaults and the settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +127,7 @@ class RetrieveResult:
     timings_ms: dict[str, float]
     degraded: list[dict[str, str]]
     plans: list[str] = field(default_factory=list)
+    fusion: FusionConfig | None = None  # the fusion this answer used
 
 
 class SearchService:
@@ -153,14 +186,17 @@ class SearchService:
         # Fanning out, this process holds no shard: the servers build the masks that count.
         readable = masks.allowed if self.shards is None else masks.documents
         slog.time("acl_filter", t)
+        fusion = self.fusion_for(acl.tenant_id, req.fusion)
+        if req.mode == "hybrid" and fusion.dense_weight == 0 and fusion.lexical_weight == 0:
+            raise InvalidInputError("fusion: both leg weights are 0 (tenant default and request together)")
         fused: list[FusedHit] = []
         if readable:
             lists, weights = (
-                self._candidates(req, snap, masks, slog)
+                self._candidates(req, fusion, snap, masks, slog)
                 if self.shards is None
-                else self._remote_candidates(self.shards, req, acl, position, snap.model, slog)
+                else self._remote_candidates(self.shards, req, fusion, acl, position, snap.model, slog)
             )
-            fused = self._fuse(lists, weights, slog)
+            fused = self._fuse(lists, weights, fusion, slog)
         reranker = self.reranker if req.rerank is None or req.rerank else None
         if req.rerank and self.reranker is None:
             slog.degrade("rerank", "no reranker model is configured")
@@ -169,7 +205,7 @@ class SearchService:
         fused_rank = None
         if reranker is not None and ranked:
             fused_rank = {f.chunk_id: i for i, (f, _) in enumerate(ranked, start=1)}
-            ranked = self._rerank(reranker, req.query, ranked, slog)
+            ranked = self._rerank(reranker, req.query, ranked, fusion, slog)
         ranks = _stage_ranks(ranked, req.top_k, fused_rank)
         items = [
             ResultItem(d, f.score, dict(f.stage_scores), r) for (f, d), r in zip(ranked, ranks, strict=False)
@@ -178,8 +214,15 @@ class SearchService:
         context = self._pack(items, req)
         slog.time("packing", t)
         return RetrieveResult(
-            items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans
+            items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans, fusion
         )
+
+    def fusion_for(self, tenant_id: str, override: FusionOverride | None = None) -> FusionConfig:
+        """The fusion a tenant's request uses: settings, then the tenant's stored defaults, then
+        the request's own fields."""
+        with self.read_pool.connection() as conn:
+            tenant = fusion_repo.tenant_defaults(conn, tenant_id=tenant_id)
+        return self.fusion.merged(tenant).merged(override)
 
     def _ensure_fresh(self, position: int | None) -> int:
         """Catch up with every change committed before this request (fails closed).
@@ -201,6 +244,7 @@ class SearchService:
         self,
         shards: RemoteShards,
         req: RetrieveRequest,
+        fusion: FusionConfig,
         acl: AclFilter,
         position: int,
         model: str,
@@ -211,7 +255,7 @@ class SearchService:
         The servers get the ACL filter and the catalog position this request read: each
         catches up to it and builds its own masks, so nothing here is trusted to them.
         """
-        n = max(self.fusion.candidates, req.top_k)
+        n_dense, n_lexical = fusion.depth("dense", req.top_k), fusion.depth("lexical", req.top_k)
         vec: np.ndarray | None = None
         if req.mode in ("hybrid", "dense"):
             t = time.perf_counter()
@@ -222,28 +266,27 @@ class SearchService:
                 slog.degrade("dense", f"{type(exc).__name__}")
         text = req.query if req.mode in ("hybrid", "lexical") else None
         t = time.perf_counter()
-        got = shards.lists(acl=acl, position=position, vector=vec, text=text, k=n)
+        got = shards.lists(acl=acl, position=position, vector=vec, text=text, k=max(n_dense, n_lexical))
         slog.time("shards", t)
         slog.degraded.extend(got.degraded)
         lists: list[list[Hit]] = []
         weights: list[float] = []
         if vec is not None:
-            lists.append(got.dense)
-            weights.append(self.fusion.dense_weight)
+            lists.append(got.dense[:n_dense])
+            weights.append(fusion.dense_weight)
         if text is not None:
-            lists.append(got.lexical)
-            weights.append(self.fusion.lexical_weight)
+            lists.append(got.lexical[:n_lexical])
+            weights.append(fusion.lexical_weight)
         return lists, weights
 
     def _candidates(
-        self, req: RetrieveRequest, snap: ServingIndex, masks: Masks, slog: StageLog
+        self, req: RetrieveRequest, fusion: FusionConfig, snap: ServingIndex, masks: Masks, slog: StageLog
     ) -> tuple[list[list[Hit]], list[float]]:
         """Dense and/or lexical candidate lists, with their fusion weights.
 
         The query goes to the embedder first and the lexical search runs while the model
         works, so in hybrid mode ``embed`` (submit to vector) overlaps ``lexical``.
         """
-        n = max(self.fusion.candidates, req.top_k)
         lists: list[list[Hit]] = []
         weights: list[float] = []
         pending: Future[np.ndarray] | None = None
@@ -253,29 +296,33 @@ class SearchService:
         lexical: list[Hit] | None = None
         if req.mode in ("hybrid", "lexical"):
             t = time.perf_counter()
-            lexical = self.searcher.lexical(snap, masks, req.query, n, slog)
+            lexical = self.searcher.lexical(snap, masks, req.query, fusion.depth("lexical", req.top_k), slog)
             slog.time("lexical", t)
         if pending is not None:
             try:
                 vec = pending.result(timeout=max(0.0, t_embed + self.searcher.timeout - time.perf_counter()))
                 slog.time("embed", t_embed)
                 t = time.perf_counter()
-                lists.append(self.searcher.dense(snap, masks, vec, n, slog))
-                weights.append(self.fusion.dense_weight)
+                lists.append(self.searcher.dense(snap, masks, vec, fusion.depth("dense", req.top_k), slog))
+                weights.append(fusion.dense_weight)
                 slog.time("dense", t)
             except Exception as exc:  # the lexical list can still answer
                 slog.degrade("dense", f"{type(exc).__name__}")
         if lexical is not None:
             lists.append(lexical)
-            weights.append(self.fusion.lexical_weight)
+            weights.append(fusion.lexical_weight)
         return lists, weights
 
-    def _fuse(self, lists: list[list[Hit]], weights: list[float], slog: StageLog) -> list[FusedHit]:
+    def _fuse(
+        self, lists: list[list[Hit]], weights: list[float], fusion: FusionConfig, slog: StageLog
+    ) -> list[FusedHit]:
         t = time.perf_counter()
         if len(lists) == 1:
             fused = single_list(lists[0])
+        elif fusion.method == "convex":
+            fused = convex(lists, weights=weights)
         else:
-            fused = rrf(lists, k=self.fusion.rrf_k, weights=weights)
+            fused = rrf(lists, k=fusion.rrf_k, weights=weights)
         slog.time("fusion", t)
         return fused
 
@@ -297,7 +344,12 @@ class SearchService:
         return ranked
 
     def _rerank(
-        self, reranker: Scorer, query: str, ranked: list[tuple[FusedHit, ChunkDetail]], slog: StageLog
+        self,
+        reranker: Scorer,
+        query: str,
+        ranked: list[tuple[FusedHit, ChunkDetail]],
+        fusion: FusionConfig,
+        slog: StageLog,
     ) -> list[tuple[FusedHit, ChunkDetail]]:
         t = time.perf_counter()
         try:
@@ -310,7 +362,7 @@ class SearchService:
             return ranked
         hits = [f for f, _ in ranked]
         if self.rerank_config.blend == "rrf":
-            order = rerank_fusion(hits, scores, k=self.fusion.rrf_k)
+            order = rerank_fusion(hits, scores, k=fusion.rrf_k)
         else:
             order = _by_rerank_score(hits, scores)
         details = {f.chunk_id: d for f, d in ranked}

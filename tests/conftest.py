@@ -21,7 +21,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 # Tables a test may write; schema_migrations survives so migrations run once per session.
 _DATA_TABLES = (
-    "purge_state, deployment_secrets, connector_items, connector_state, schedules, embedding_migrations,"
+    "feedback, tenant_fusion, purge_state, deployment_secrets, connector_items, connector_state, schedules,"
+    " embedding_migrations,"
     " document_texts,"
     " audit_log, index_aliases, index_versions, job_items, jobs, tombstones, chunk_embeddings, chunks,"
     " document_versions, documents, catalog_changes, api_keys, group_members, principals, tenants"

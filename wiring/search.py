@@ -66,7 +66,7 @@ def build_search_service(
     reranker = build_reranker(settings)
     watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
     config = SearchConfig(
-        FusionConfig(r.rrf_k, r.dense_weight, r.lexical_weight, r.candidates),
+        fusion_config(settings),
         RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
     )
     service = SearchService(
@@ -178,4 +178,18 @@ def build_reranker(settings: Settings) -> BatchingReranker | None:
         max_wait_ms=settings.rerank.max_wait_ms,
         default_timeout_s=settings.rerank.budget_ms / 1000,
         on_batch=metrics.BATCH_SIZE.labels("rerank").observe,
+    )
+
+
+def fusion_config(settings: Settings) -> FusionConfig:
+    """The server's fusion defaults ([retrieve] settings), beneath tenants' and requests'."""
+    r = settings.retrieve
+    return FusionConfig(
+        r.rrf_k,
+        r.dense_weight,
+        r.lexical_weight,
+        r.candidates,
+        r.fusion_method,
+        r.dense_candidates,
+        r.lexical_candidates,
     )

@@ -17,10 +17,11 @@ from fastapi.responses import JSONResponse
 from api.deps import AdmittedQuery
 from api.errors import error_responses
 from api.observe import RetrieveAudit, RetrieveObserver
-from api.schemas import FiltersIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
+from api.schemas import FiltersIn, FusionIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
 from authz.acl import DocumentFilters, build_acl_filter
 from authz.api_keys import validate_principal_id
 from authz.principals import KeyAuthenticator, Principal
+from catalog.fusion import FusionOverride
 from core.context import request_id_var
 from core.errors import UnavailableError
 from retrieve.service import RetrieveRequest, RetrieveResult, SearchService
@@ -79,7 +80,23 @@ def response_json(result: RetrieveResult) -> dict[str, Any]:
         "timings_ms": result.timings_ms,
         "degraded": result.degraded,
         "request_id": request_id_var.get(),
+        "fusion": result.fusion.describe() if result.fusion is not None else None,
     }
+
+
+def fusion_override(f: FusionIn | None) -> FusionOverride | None:
+    """The request's (or an admin's) ``fusion`` as the fields it sets."""
+    if f is None:
+        return None
+    weights, depth = f.weights, f.candidates
+    return FusionOverride(
+        method=f.method,
+        rrf_k=f.rrf_k,
+        dense_weight=weights.dense if weights else None,
+        lexical_weight=weights.lexical if weights else None,
+        dense_candidates=depth.dense if depth else None,
+        lexical_candidates=depth.lexical if depth else None,
+    )
 
 
 def retrieve_request(body: RetrieveInBase) -> RetrieveRequest:
@@ -90,6 +107,7 @@ def retrieve_request(body: RetrieveInBase) -> RetrieveRequest:
         rerank=body.rerank,
         max_context_tokens=body.max_context_tokens,
         expand_parent=body.expand == "parent",
+        fusion=fusion_override(body.fusion),
     )
 
 

@@ -104,3 +104,35 @@ def test_keys_create_operator(cli_env: str, capsys: pytest.CaptureFixture[str]) 
     assert row is not None and row.roles == ("operator",) and row.tenant_id == "operator"
     assert main(["keys", "create", "--role", "admin"]) == 2
     assert "--tenant is required" in capsys.readouterr().err
+
+
+def test_status_shows_the_fusion_settings_and_each_tenants_defaults(
+    cli_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from catalog.fusion import FusionOverride, set_tenant_defaults
+
+    with psycopg.connect(cli_env) as conn:
+        ensure_tenant(conn, tenant_id="acme")
+        set_tenant_defaults(
+            conn, tenant_id="acme", defaults=FusionOverride(method="convex", dense_weight=0.25), actor="test"
+        )
+    rc, out, _ = _run(capsys, "status", "--json")
+    assert rc == 0
+    assert json.loads(out)["fusion"] == [
+        {
+            "tenant_id": "(settings)",
+            "method": "rrf",
+            "rrf_k": 60,
+            "weights": {"dense": 1.0, "lexical": 1.0},
+            "candidates": {"dense": 50, "lexical": 50},
+        },
+        {
+            "tenant_id": "acme",
+            "method": "convex",
+            "rrf_k": 60,
+            "weights": {"dense": 0.25, "lexical": 1.0},
+            "candidates": {"dense": 50, "lexical": 50},
+        },
+    ]
+    rc, out, _ = _run(capsys, "status")
+    assert rc == 0 and "convex" in out and "dense 0.25, lexical 1" in out

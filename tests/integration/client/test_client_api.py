@@ -70,6 +70,19 @@ def test_every_method_against_a_real_server(live_server: LiveServer, tmp_path: P
     assert admin.set_groups("user:alice", ["group:eng"]).groups == ["group:eng"]
     hits = alice.retrieve("how do I rotate signing keys?", top_k=2, mode="hybrid")
     assert hits.results[0].document_external_id == "keys" and len(hits.results) <= 2
+    assert hits.fusion is not None and hits.fusion.method == "rrf"
+    judged = alice.feedback(hits.request_id, 3, chunk_id=hits.results[0].chunk_id)
+    assert (judged.grade, judged.query_stored) == (3, False)
+    with pytest.raises(RaglineError) as hidden:  # a document alice cannot read is not found
+        alice.feedback(hits.request_id, "relevant", external_id="salaries")
+    assert hidden.value.status == 404
+    tuned = alice.retrieve("rotate signing keys", fusion={"method": "convex", "weights": {"dense": 0.3}})
+    assert tuned.fusion is not None and (tuned.fusion.method, tuned.fusion.weights["dense"]) == (
+        "convex",
+        0.3,
+    )
+    with pytest.raises(ValidationError):  # checked before it leaves the client
+        alice.retrieve("rotate signing keys", fusion={"method": "linear"})
     assert _ids(alice, "rotate keys", filters={"metadata": {"team": "infra"}}) == ["keys"]
     assert ingest.set_acl("keys", ["user:bob"]).acl.principals == ["user:bob"]
     assert "keys" not in _ids(alice, "how do I rotate signing keys?")

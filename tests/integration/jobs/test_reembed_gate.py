@@ -61,6 +61,67 @@ def test_random_weights_fail_the_quality_gate_and_the_old_version_keeps_serving(
         assert reembed_repo.active_migration(conn) is None  # dual writes stopped
 
 
+def _titled_docs(url: str, data_dir: Path, embedder, tenant: str) -> None:  # type: ignore[no-untyped-def]
+    """The topic documents with their paraphrasing query as the title, half of them behind an
+    ACL: the label-free structure probes ask each as its own readers."""
+    from catalog.jobs import NewItem
+    from catalog.principals import ensure_tenant
+    from core.records import Acl
+    from jobs.runner import IngestRunner
+    from tests import factories
+
+    items = [
+        NewItem(
+            external_id=name,
+            mime_type="text/plain",
+            payload=text.encode(),
+            acl=Acl(("group:eng",), False) if i % 2 else Acl((), True),
+            byte_size=len(text),
+            title=query,
+        )
+        for i, (name, text, query) in enumerate(h.TOPICS)
+    ]
+    with psycopg.connect(url) as conn:
+        ensure_tenant(conn, tenant_id=tenant)
+        job = jobs_repo.create_job(conn, tenant_id=tenant, kind="ingest", items=items)
+    runner = IngestRunner(factories.runner(url, data_dir, use_ray=False), lambda: embedder)
+    assert runner.run_job(job) == "succeeded"
+
+
+@pytest.mark.parametrize(("variant", "outcome"), [("random", "failed"), ("cls", "succeeded")])
+def test_label_free_checks_refuse_random_weights_with_no_gate_dataset(
+    variant: str,
+    outcome: str,
+    db_url: str,
+    tmp_path: Path,
+    embedder,
+    model_variants_dir: dict[str, Path],  # type: ignore[no-untyped-def]
+) -> None:
+    _titled_docs(db_url, tmp_path, embedder, "acme")
+    live = h.build_live(db_url, tmp_path / "indexes")
+    settings = Settings(data_dir=tmp_path, database_url=db_url, reembed={"batch_chunks": 8})
+    config = h.migration_config(settings, db_url, model_variants_dir[variant])
+    assert config.gate.dataset is None and config.gate.query_file is None
+    job_id = start_reembed(db_url, config)
+    state = run_reembed(db_url, job_id, config)
+    gate = _job(db_url, job_id).params["report"]["gate"]
+    assert state == outcome, gate["failed"]
+    assert "retrieval_quality" not in gate  # no gate set: only the label-free checks judged it
+    structure, health = gate["structure"], gate["space_health"]
+    assert structure["probes"] == len(h.TOPICS)
+    assert structure["live_hit_at_10"] == 1.0  # 12 documents: every title finds its own
+    assert gate["agreement"]["queries"] == len(h.TOPICS)
+    assert health["pairs"] > 0
+    with psycopg.connect(db_url) as conn:
+        serving = indexes.resolve_alias(conn, alias="live").version_id  # type: ignore[union-attr]
+    if outcome == "failed":
+        assert "space_health" in gate["failed"] or "structure" in gate["failed"], gate["failed"]
+        assert health["target_mean_unrelated_cosine"] > health["live_mean_unrelated_cosine"]
+        assert serving == live  # the old version keeps serving
+    else:
+        assert gate["failed"] == [] and serving == gate["target_version"]
+
+
 def test_capacity_budget_refuses_with_the_numbers(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
     h.ingest(db_url, tmp_path, embedder, "acme", h.topic_docs()[:3])
     settings = Settings(data_dir=tmp_path, database_url=db_url, reembed={"ram_budget_bytes": 1000})

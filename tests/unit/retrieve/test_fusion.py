@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.records import Hit
-from retrieve.fusion import FusedHit, rrf, single_list
+from retrieve.fusion import FusedHit, convex, rrf, single_list
 
 
 def _hits(source: str, chunk_ids: list[int]) -> list[Hit]:
@@ -156,3 +156,81 @@ def test_scores_monotone_in_rank(lists: list[list[Hit]], k: int) -> None:
         after = {hit.chunk_id: hit.score for hit in rrf([moved, *lists[1:]], k=k)}
         assert after[target[1].chunk_id] > before[target[1].chunk_id]
         assert after[target[0].chunk_id] < before[target[0].chunk_id]
+
+
+# --- convex fusion (Bruch et al. 2023): weighted sum of per-list min-max normalised scores ---
+
+
+def _scored(source: str, pairs: list[tuple[int, float]]) -> list[Hit]:
+    return [Hit(chunk_id=cid, score=score, source=source) for cid, score in pairs]
+
+
+DENSE = _scored("dense", [(1, 0.90), (2, 0.80), (3, 0.50)])
+LEXICAL = _scored("lexical", [(3, 20.0), (4, 12.0), (1, 10.0)])
+
+
+def test_convex_worked_example() -> None:
+    # dense min-max over [0.5, 0.9]: 1 -> 1, 2 -> 0.75, 3 -> 0
+    # lexical min-max over [10, 20]: 3 -> 1, 4 -> 0.2, 1 -> 0
+    fused = convex([DENSE, LEXICAL])
+    # 1: 1 + 0 = 1;  3: 0 + 1 = 1;  2: 0.75;  4: 0.2.  1 and 3 tie; both have best rank 1: id.
+    assert _order(fused) == [1, 3, 2, 4]
+    assert [hit.score for hit in fused] == pytest.approx([1.0, 1.0, 0.75, 0.2])
+    assert fused[1].stage_scores == {"dense": 0.5, "lexical": 20.0}
+    assert fused[1].stage_ranks == {"dense": 3, "lexical": 1}
+
+
+def test_convex_weights_move_the_order_as_the_formula_says() -> None:
+    # w_dense=1, w_lexical=3: 1 -> 1;  3 -> 3;  2 -> 0.75;  4 -> 0.6
+    fused = convex([DENSE, LEXICAL], weights=[1.0, 3.0])
+    assert _order(fused) == [3, 1, 2, 4]
+    assert [hit.score for hit in fused] == pytest.approx([3.0, 1.0, 0.75, 0.6])
+    # w_dense=3, w_lexical=1: 1 -> 3;  2 -> 2.25;  3 -> 1;  4 -> 0.2
+    fused = convex([DENSE, LEXICAL], weights=[3.0, 1.0])
+    assert _order(fused) == [1, 2, 3, 4]
+    assert [hit.score for hit in fused] == pytest.approx([3.0, 2.25, 1.0, 0.2])
+    # Weights are relative: scaling both keeps the order and scales every score.
+    assert _order(convex([DENSE, LEXICAL], weights=[6.0, 2.0])) == [1, 2, 3, 4]
+
+
+def test_convex_uses_score_gaps_where_rrf_sees_only_ranks() -> None:
+    # Same ranks, different gaps: lexical is far surer of 2 than dense is of 1.
+    dense = _scored("dense", [(1, 0.81), (2, 0.80), (9, 0.10)])
+    lexical = _scored("lexical", [(2, 30.0), (1, 1.0), (9, 0.0)])
+    # convex: 1 -> (0.71/0.71) + 1/30 = 1.0333;  2 -> 0.70/0.71 + 1 = 1.9859
+    assert _order(convex([dense, lexical]))[:2] == [2, 1]
+    assert convex([dense, lexical])[0].score == pytest.approx(0.70 / 0.71 + 1.0)
+    # rrf k=60: 1 and 2 both 1/61 + 1/62, the tie goes to the smaller id.
+    assert _order(rrf([dense, lexical], k=60))[:2] == [1, 2]
+
+
+def test_convex_a_flat_list_scales_to_one_and_weight_zero_drops_a_list() -> None:
+    flat = _scored("lexical", [(5, 3.0), (6, 3.0)])
+    fused = convex([_scored("dense", [(6, 0.4), (7, 0.2)]), flat])
+    # 6: 1 + 1 = 2;  5: 0 + 1 = 1;  7: 0 + 0 = 0
+    assert _order(fused) == [6, 5, 7]
+    assert [hit.score for hit in fused] == pytest.approx([2.0, 1.0, 0.0])
+    assert convex([DENSE, LEXICAL], weights=[1.0, 0.0]) == convex([DENSE])
+
+
+@pytest.mark.parametrize(
+    ("lists", "kwargs"),
+    [
+        ([[Hit(1, math.nan, "a")]], {}),
+        ([[Hit(1, math.inf, "a")]], {}),
+        ([DENSE, LEXICAL], {"weights": [1.0]}),
+        ([DENSE, LEXICAL], {"weights": [-1.0, 1.0]}),
+        ([DENSE, DENSE], {}),
+    ],
+)
+def test_convex_rejects_bad_input(lists: list[list[Hit]], kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        convex(lists, **kwargs)
+
+
+@given(ranked_lists)
+@settings(max_examples=50, deadline=None)
+def test_convex_scores_stay_within_the_weight_sum(lists: list[list[Hit]]) -> None:
+    fused = convex(lists, weights=[2.0] * len(lists))
+    assert all(0.0 <= hit.score <= 2.0 * len(lists) + 1e-9 for hit in fused)
+    assert len(fused) == len({hit.chunk_id for hits in lists for hit in hits})

@@ -1,0 +1,66 @@
+"""Relevance feedback (migration 091): judgements of retrieve results, per tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+
+_READABLE = (
+    " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+    " WHERE d.tenant_id = %(tenant)s AND d.state = 'active' AND c.version = d.current_version"
+    " AND (d.acl_public OR d.acl_principals && %(readers)s::text[])"
+)
+
+
+def readable_chunk(
+    conn: psycopg.Connection, *, tenant_id: str, readers: Sequence[str], chunk_id: str
+) -> int | None:
+    """The doc_id of ``chunk_id`` when it is live in the tenant and the readers may read it."""
+    row = conn.execute(
+        "SELECT d.doc_id" + _READABLE + " AND c.chunk_id = %(chunk)s",
+        {"tenant": tenant_id, "readers": list(readers), "chunk": chunk_id},
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
+def readable_document(
+    conn: psycopg.Connection, *, tenant_id: str, readers: Sequence[str], external_id: str
+) -> int | None:
+    """The doc_id of the tenant's live document ``external_id`` when the readers may read it."""
+    row = conn.execute(
+        "SELECT doc_id FROM documents d WHERE d.tenant_id = %(tenant)s AND d.external_id = %(ext)s"
+        " AND d.state = 'active' AND (d.acl_public OR d.acl_principals && %(readers)s::text[])",
+        {"tenant": tenant_id, "readers": list(readers), "ext": external_id},
+    ).fetchone()
+    return int(row[0]) if row else None
+
+
+def logged_query(conn: psycopg.Connection, *, tenant_id: str, request_id: str) -> str | None:
+    """The query text the audit log kept for the tenant's retrieve ``request_id``, if any."""
+    row = conn.execute(
+        "SELECT details->>'query' FROM audit_log WHERE action = 'retrieve' AND tenant_id = %s"
+        " AND target = %s ORDER BY seq DESC LIMIT 1",
+        (tenant_id, request_id),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def record(
+    conn: psycopg.Connection,
+    *,
+    tenant_id: str,
+    principal_id: str,
+    request_id: str,
+    doc_id: int,
+    chunk_id: str | None,
+    grade: int,
+    query: str | None,
+) -> int:
+    row = conn.execute(
+        "INSERT INTO feedback (tenant_id, principal_id, request_id, doc_id, chunk_id, grade, query)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING feedback_id",
+        (tenant_id, principal_id, request_id, doc_id, chunk_id, grade, query),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
