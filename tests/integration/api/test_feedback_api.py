@@ -93,7 +93,8 @@ def test_feedback_is_stored_acl_checked_tenant_isolated_and_audited(
     ]
     with psycopg.connect(db_url) as conn:
         audited = conn.execute(
-            "SELECT actor, target, details->>'grade' FROM audit_log WHERE action = 'feedback.record' ORDER BY seq"
+            "SELECT actor, target, details->>'grade' FROM audit_log"
+            " WHERE action = 'feedback.record' ORDER BY seq"
         ).fetchall()
     assert audited == [
         ("user:eve", s["request_id"], "1"),
