@@ -81,7 +81,7 @@ def test_allow_names_every_method_of_every_route_at_the_path(foundation_client: 
     # The five paths that named one route's methods only.
     expected = {
         "/v1/connectors/fs/state": "DELETE, GET, PATCH",
-        "/v1/documents/doc/acl": "DELETE, PUT",  # DELETE removes the document "doc/acl"
+        "/v1/documents/doc/acl": "DELETE, GET, PUT",  # DELETE removes, GET reads, the document "doc/acl"
         "/v1/admin/keys": "GET, POST",
         # GET reaches GET /v1/jobs/{job_id} (a 422: "x:cancel" is no job id), so not a 405.
         "/v1/jobs/x:cancel": "GET, POST",
@@ -159,7 +159,7 @@ def test_an_upload_without_mime_type_is_detected(
     ("fields", "name", "content", "shown"),
     [
         ({"mime_type": "application/msword"}, "a.txt", b"hello", "application/msword"),
-        ({}, "report.docx", b"PK\x03\x04" + bytes(200), "officedocument"),
+        ({}, "report.odt", b"PK\x03\x04" + bytes(200), "opendocument"),
         ({}, "blob", bytes(range(256)) * 4, "cannot tell"),
     ],
 )
