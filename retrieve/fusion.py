@@ -7,7 +7,7 @@ dense-only, lexical-only) returns ``list[FusedHit]`` so callers handle one type.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -84,6 +84,46 @@ def _sort_and_limit(fused: list[FusedHit], limit: int | None) -> list[FusedHit]:
     return fused if limit is None else fused[:limit]
 
 
+def _fuse(
+    ranked_lists: Sequence[Sequence[Hit]],
+    weights: Sequence[float],
+    limit: int | None,
+    contribution: Callable[[float, int, float], float],
+    *,
+    normalise: Callable[[Sequence[Hit]], list[float]] | None = None,
+) -> list[FusedHit]:
+    """Sum ``contribution(weight, rank, normalised score)`` over the lists each chunk is in
+    (ranks from 1 after dropping repeats; ``normalise`` scales one list's scores, else 0)."""
+    accumulators: dict[int, _Accumulator] = {}
+    seen_sources: set[str] = set()
+    for position, (hits, weight) in enumerate(zip(ranked_lists, weights, strict=True)):
+        source = _list_source(hits, position)
+        if source is None:
+            continue
+        if source in seen_sources:
+            raise ValueError(f"two ranked lists share source {source!r}; stage keys would collide")
+        seen_sources.add(source)
+        if weight == 0.0:
+            continue
+        unique = _dedupe(hits)
+        norms = normalise(unique) if normalise is not None else [0.0] * len(unique)
+        for rank, (hit, norm) in enumerate(zip(unique, norms, strict=True), start=1):
+            acc = accumulators.setdefault(hit.chunk_id, _Accumulator())
+            acc.contributions.append(contribution(weight, rank, norm))
+            acc.scores[source] = hit.score
+            acc.ranks[source] = rank
+    fused = [
+        FusedHit(
+            chunk_id=chunk_id,
+            score=math.fsum(acc.contributions),
+            stage_scores=MappingProxyType(acc.scores),
+            stage_ranks=MappingProxyType(acc.ranks),
+        )
+        for chunk_id, acc in accumulators.items()
+    ]
+    return _sort_and_limit(fused, limit)
+
+
 def rrf(
     ranked_lists: Sequence[Sequence[Hit]],
     *,
@@ -120,32 +160,7 @@ def rrf(
             non-finite weights, a list mixing sources or two lists sharing a source.
     """
     resolved_weights = _check_arguments(ranked_lists, k, weights, limit)
-    accumulators: dict[int, _Accumulator] = {}
-    seen_sources: set[str] = set()
-    for position, (hits, weight) in enumerate(zip(ranked_lists, resolved_weights, strict=True)):
-        source = _list_source(hits, position)
-        if source is None:
-            continue
-        if source in seen_sources:
-            raise ValueError(f"two ranked lists share source {source!r}; stage keys would collide")
-        seen_sources.add(source)
-        if weight == 0.0:
-            continue
-        for rank, hit in enumerate(_dedupe(hits), start=1):
-            acc = accumulators.setdefault(hit.chunk_id, _Accumulator())
-            acc.contributions.append(weight / (k + rank))
-            acc.scores[source] = hit.score
-            acc.ranks[source] = rank
-    fused = [
-        FusedHit(
-            chunk_id=chunk_id,
-            score=math.fsum(acc.contributions),
-            stage_scores=MappingProxyType(acc.scores),
-            stage_ranks=MappingProxyType(acc.ranks),
-        )
-        for chunk_id, acc in accumulators.items()
-    ]
-    return _sort_and_limit(fused, limit)
+    return _fuse(ranked_lists, resolved_weights, limit, lambda weight, rank, _: weight / (k + rank))
 
 
 def _min_max(hits: Sequence[Hit]) -> list[float]:
@@ -190,33 +205,9 @@ def convex(
         ValueError: As :func:`rrf`, and for a non-finite leg score.
     """
     resolved_weights = _check_arguments(ranked_lists, 0, weights, limit)
-    accumulators: dict[int, _Accumulator] = {}
-    seen_sources: set[str] = set()
-    for position, (hits, weight) in enumerate(zip(ranked_lists, resolved_weights, strict=True)):
-        source = _list_source(hits, position)
-        if source is None:
-            continue
-        if source in seen_sources:
-            raise ValueError(f"two ranked lists share source {source!r}; stage keys would collide")
-        seen_sources.add(source)
-        if weight == 0.0:
-            continue
-        unique = _dedupe(hits)
-        for rank, (hit, norm) in enumerate(zip(unique, _min_max(unique), strict=True), start=1):
-            acc = accumulators.setdefault(hit.chunk_id, _Accumulator())
-            acc.contributions.append(weight * norm)
-            acc.scores[source] = hit.score
-            acc.ranks[source] = rank
-    fused = [
-        FusedHit(
-            chunk_id=chunk_id,
-            score=math.fsum(acc.contributions),
-            stage_scores=MappingProxyType(acc.scores),
-            stage_ranks=MappingProxyType(acc.ranks),
-        )
-        for chunk_id, acc in accumulators.items()
-    ]
-    return _sort_and_limit(fused, limit)
+    return _fuse(
+        ranked_lists, resolved_weights, limit, lambda weight, _, norm: weight * norm, normalise=_min_max
+    )
 
 
 def single_list(hits: Sequence[Hit], *, limit: int | None = None) -> list[FusedHit]:

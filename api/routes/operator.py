@@ -41,8 +41,14 @@ from api.console_schemas import (
 )
 from api.deps import AdminOrOperator, AdminPrincipal, AdmittedAdmin, OperatorPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
-from api.observe import RetrieveAudit, RetrieveObserver
-from api.routes.retrieve import document_filters, response_json, retrieve_request, search_service
+from api.observe import RetrieveObserver
+from api.routes.retrieve import (
+    document_filters,
+    response_json,
+    retrieve_audit,
+    retrieve_request,
+    search_service,
+)
 from api.schemas import RetrieveInBase, RetrieveLimits, retrieve_in_model
 from authz.acl import build_acl_filter
 from authz.api_keys import create_key, revoke, validate_principal_id
@@ -53,7 +59,6 @@ from catalog import indexes as indexes_repo
 from catalog import principals as principals_repo
 from catalog.audit import AuditEvent
 from catalog.principals import KeyRow
-from core.context import request_id_var
 from core.errors import NotFoundError, UnavailableError
 from index.quality import ShardQuality, version_quality
 from jobs import index_admin
@@ -136,16 +141,8 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
         acl = build_acl_filter(current.principal, document_filters(body.filters))
         req = retrieve_request(body)
         result = service.retrieve(req, acl, catalog_position=current.catalog_position)
-        info = RetrieveAudit(
-            principal=admin,
-            on_behalf_of=current.principal.principal_id,
-            query=req.query,
-            mode=req.mode,
-            top_k=req.top_k,
-            filters=body.filters.model_dump(mode="json", exclude_defaults=True),
-            catalog_position=current.catalog_position,
-            latency_s=perf_counter() - started,
-            request_id=request_id_var.get(),
+        info = retrieve_audit(
+            admin, current.principal.principal_id, body, req, current.catalog_position, started
         )
         observer: RetrieveObserver = request.app.state.observer
         entry = observer.event(result, info, service.state.model_name, action="admin.retrieve")

@@ -118,6 +118,28 @@ def search_service(request: Request) -> SearchService:
     return service
 
 
+def retrieve_audit(
+    principal: Principal,
+    on_behalf_of: str | None,
+    body: RetrieveInBase,
+    req: RetrieveRequest,
+    catalog_position: int,
+    started: float,
+) -> RetrieveAudit:
+    """What the audit records of one search (a retrieve, or a console search as anyone)."""
+    return RetrieveAudit(
+        principal=principal,
+        on_behalf_of=on_behalf_of,
+        query=req.query,
+        mode=req.mode,
+        top_k=req.top_k,
+        filters=body.filters.model_dump(mode="json", exclude_defaults=True),
+        catalog_position=catalog_position,
+        latency_s=perf_counter() - started,
+        request_id=request_id_var.get(),
+    )
+
+
 def _search(body: RetrieveInBase, request: Request, principal: Principal) -> JSONResponse:
     started = perf_counter()
     service = search_service(request)
@@ -133,17 +155,7 @@ def _search(body: RetrieveInBase, request: Request, principal: Principal) -> JSO
     result = service.retrieve(req, acl, catalog_position=current.catalog_position)
     response = JSONResponse(response_json(result))
     observer: RetrieveObserver = request.app.state.observer
-    info = RetrieveAudit(
-        principal=principal,
-        on_behalf_of=body.as_principal,
-        query=req.query,
-        mode=req.mode,
-        top_k=req.top_k,
-        filters=body.filters.model_dump(mode="json", exclude_defaults=True),
-        catalog_position=current.catalog_position,
-        latency_s=perf_counter() - started,
-        request_id=request_id_var.get(),
-    )
+    info = retrieve_audit(principal, body.as_principal, body, req, current.catalog_position, started)
     observer.observe(result, info, model=request.app.state.settings.embedding_model)
     return response
 
