@@ -9,9 +9,12 @@ from typing import Any
 from ragline_client.models import ResultOut, RetrieveOut
 
 # ``Client.retrieve``'s keyword arguments besides ``query`` and ``top_k``: mode (hybrid,
-# dense or lexical: hybrid fuses the two by RRF), filters, rerank, the context budget
-# (max_context_tokens), expand and as_principal (a delegating key acting for a user).
-RETRIEVE_OPTIONS = frozenset({"mode", "filters", "rerank", "max_context_tokens", "expand", "as_principal"})
+# dense or lexical), fusion (how hybrid fuses the two: rrf or convex, k, weights, depths),
+# filters, rerank, the context budget (max_context_tokens), expand and as_principal (a
+# delegating key acting for a user).
+RETRIEVE_OPTIONS = frozenset(
+    {"mode", "fusion", "filters", "rerank", "max_context_tokens", "expand", "as_principal"}
+)
 
 # The keys ragline sets; a document's own metadata keys never overwrite them.
 RESERVED_KEYS = frozenset(
@@ -28,6 +31,7 @@ RESERVED_KEYS = frozenset(
         "char_offsets",
         "stage_scores",
         "index_version",
+        "fusion",
     }
 )
 
@@ -57,6 +61,7 @@ def result_metadata(result: ResultOut, answer: RetrieveOut) -> dict[str, Any]:
         "char_offsets": list(result.char_offsets),
         "stage_scores": dict(result.stage_scores),
         "index_version": answer.index_version,
+        "fusion": answer.fusion.model_dump() if answer.fusion is not None else None,
     }
     meta.update({k: v for k, v in result.metadata.items() if k not in RESERVED_KEYS})
     return meta

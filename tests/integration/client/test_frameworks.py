@@ -81,6 +81,16 @@ def test_langchain_options_pass_through(live_server: LiveServer) -> None:
     assert "salaries" in {d.metadata["external_id"] for d in as_hr.invoke("salary bands")}
     with pytest.raises(TypeError, match="filter"):
         lc.RaglineRetriever(base_url=live_server.url, api_key=alice, filter={"source": ["x"]})
+    # Fusion passes through: a convex fusion weighing only the lexical leg answers as lexical.
+    convex = lc.RaglineRetriever(
+        base_url=live_server.url,
+        api_key=alice,
+        top_k=3,
+        fusion={"method": "convex", "weights": {"dense": 0.0, "lexical": 1.0}},
+    )
+    docs = convex.invoke("signing keys")
+    assert docs and all(d.metadata["fusion"]["method"] == "convex" for d in docs)
+    assert docs[0].metadata["fusion"]["weights"] == {"dense": 0.0, "lexical": 1.0}
 
 
 def test_langchain_errors_reach_the_callbacks(live_server: LiveServer) -> None:
@@ -148,8 +158,8 @@ def test_llama_index_errors(live_server: LiveServer) -> None:
     with pytest.raises(RaglineError) as async_caught:
         asyncio.run(bad.aretrieve(QUERY))
     assert async_caught.value.status == 401
-    with pytest.raises(TypeError, match="fusion"):
-        li.RaglineRetriever(base_url=live_server.url, api_key="k", fusion="rrf")
+    with pytest.raises(TypeError, match="fuse"):
+        li.RaglineRetriever(base_url=live_server.url, api_key="k", fuse="rrf")
 
 
 def test_readme_framework_example_runs(live_server: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
