@@ -84,7 +84,7 @@ def _cli(server: LiveServer, key: str, *argv: str) -> subprocess.CompletedProces
 
 def test_cli_reports_skipped_files_and_acl_only_changes(live_server: LiveServer, tmp_path: Path) -> None:
     root = _tree(tmp_path / "share")
-    (root / "photo.png").write_bytes(b"\x89PNG....")
+    (root / "tool.exe").write_bytes(b"MZ\x90\x00")  # a type ragline does not parse
     key = live_server.key("ingest")
     rules = tmp_path / "map.json"
     rules.write_text(json.dumps({"*": {"public": True}}))

@@ -26,7 +26,7 @@ def _ids(found: list[tuple[Path, str]]) -> list[str]:
 
 def test_hidden_files_and_dot_folders_are_skipped(tmp_path: Path) -> None:
     root = _tree(
-        tmp_path, "a.md", ".env.txt", ".hidden.md", ".git/HEAD.txt", "x/.cache/p.html", "x/b.txt", "c.png"
+        tmp_path, "a.md", ".env.txt", ".hidden.md", ".git/HEAD.txt", "x/.cache/p.html", "x/b.txt", "c.exe"
     )
     walked = walk([root])
     assert _ids(walked.found) == ["a.md", "x/b.txt"]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from multiprocessing.connection import Connection
 
+from ingest.ocr import OcrOptions
 from tests.dockerctx import REPO
 
 FAULTY = "tests.unit.ingest.faulty_parser:parse"
@@ -50,7 +51,7 @@ def test_a_worker_whose_parent_left_before_it_was_ready_exits_quietly() -> None:
 def test_a_worker_whose_parent_left_before_the_answer_exits_quietly() -> None:
     process, conn = _worker()
     assert conn.poll(120) and conn.recv() == ("ready",)
-    conn.send((30.0, 1_000_000, "text/plain", None))
+    conn.send((30.0, 1_000_000, "text/plain", None, OcrOptions()))
     conn.send_bytes(b"slow")
     conn.close()  # the answer comes a second later, into a closed socket
     code, err = _finish(process)
