@@ -8,14 +8,17 @@ names, counts and the index version: never document text, query text or a princi
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.util.types import AttributeValue
 
 _tracer = trace.get_tracer("ragline")
+log = logging.getLogger(__name__)
 
 
 def tracer() -> trace.Tracer:
@@ -64,3 +67,55 @@ def set_attributes(attributes: Mapping[str, AttributeValue]) -> None:
     current = trace.get_current_span()
     if current.is_recording():
         current.set_attributes(attributes)
+
+
+def carrier() -> dict[str, str]:
+    """The current context as W3C ``traceparent``/``tracestate`` headers, for a call to another
+    process (empty when the current span does not record)."""
+    out: dict[str, str] = {}
+    if recording():
+        propagate.inject(out)
+    return out
+
+
+@contextmanager
+def continued(name: str, headers: Mapping[str, str], **attributes: AttributeValue) -> Iterator[None]:
+    """A span in this process continuing the trace another process sent in ``headers``
+    (nothing when it sent none)."""
+    if not headers:
+        yield
+        return
+    with _tracer.start_as_current_span(
+        name, context=propagate.extract(dict(headers)), kind=trace.SpanKind.SERVER, attributes=attributes
+    ):
+        yield
+
+
+def install_provider() -> None:
+    """Install an SDK tracer provider configured by the ``OTEL_*`` variables: OTLP over HTTP
+    (or ``OTEL_TRACES_EXPORTER=console``), batched; a provider already installed is kept."""
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return  # someone configured the SDK already: use theirs
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+    except ImportError as exc:
+        raise RuntimeError(
+            "tracing is configured but opentelemetry-sdk is not installed: pip install 'ragline[otel]'"
+        ) from exc
+    name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+    exporter: SpanExporter
+    if name == "console":
+        exporter = ConsoleSpanExporter()
+    elif name == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
+    else:
+        raise RuntimeError(f"OTEL_TRACES_EXPORTER={name!r}: ragline supports otlp (HTTP), console or none")
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "ragline")})
+    provider = TracerProvider(resource=resource)  # flushed and shut down at exit
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    log.info("tracing on: exporter %s", name)

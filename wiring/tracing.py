@@ -12,15 +12,11 @@ sampling from ``OTEL_TRACES_SAMPLER``. A process that already has an SDK tracer 
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 
-from opentelemetry import trace
-
+from core import tracing
 from core.settings import Settings
-
-log = logging.getLogger(__name__)
 
 
 def tracing_enabled(settings: Settings, environ: Mapping[str, str] | None = None) -> bool:
@@ -42,29 +38,12 @@ def configure_tracing(settings: Settings) -> bool:
     """Install the process's tracer provider when tracing is on; True when it is on."""
     if not tracing_enabled(settings):
         return False
-    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        return True  # someone configured the SDK already: use theirs
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-    except ImportError as exc:
-        raise RuntimeError(
-            "tracing is configured but opentelemetry-sdk is not installed: pip install 'ragline[otel]'"
-        ) from exc
-    name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
-    exporter: SpanExporter
-    if name == "console":
-        exporter = ConsoleSpanExporter()
-    elif name == "otlp":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        exporter = OTLPSpanExporter()
-    else:
-        raise RuntimeError(f"OTEL_TRACES_EXPORTER={name!r}: ragline supports otlp (HTTP), console or none")
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "ragline")})
-    provider = TracerProvider(resource=resource)  # flushed and shut down at exit
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    log.info("tracing on: exporter %s", name)
+    tracing.install_provider()
     return True
+
+
+def trace_env(settings: Settings) -> tuple[tuple[str, str], ...]:
+    """The ``OTEL_*`` variables a shard server installs to export as this process does."""
+    if not tracing_enabled(settings):
+        return ()
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("OTEL_")))
