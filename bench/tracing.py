@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing as mp
 import tempfile
-import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
@@ -33,16 +35,18 @@ from bench.retrieve import (
 
 
 class _Sink(BaseHTTPRequestHandler):
-    """An OTLP/HTTP trace endpoint that keeps nothing: counts exports and their bytes."""
+    """An OTLP/HTTP trace endpoint that keeps nothing: counts exports and their bytes (in its
+    own process, so it does not share the load generator's interpreter)."""
 
-    exports = 0
-    received = 0
+    exports: Any = None  # multiprocessing.Value, shared with the bench process
+    received: Any = None
 
     def do_POST(self) -> None:  # noqa: N802 (the http.server hook's name)
         size = int(self.headers.get("content-length", "0") or 0)
         self.rfile.read(size)
-        type(self).exports += 1
-        type(self).received += size
+        with _Sink.exports.get_lock():
+            _Sink.exports.value += 1
+            _Sink.received.value += size
         self.send_response(200)
         self.send_header("content-type", "application/x-protobuf")
         self.send_header("content-length", "0")
@@ -50,6 +54,13 @@ class _Sink(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         return
+
+
+def _serve(port: Any, exports: Any, received: Any) -> None:
+    _Sink.exports, _Sink.received = exports, received
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    port.value = sink.server_address[1]
+    sink.serve_forever()
 
 
 def _args() -> argparse.Namespace:
@@ -63,9 +74,12 @@ def _args() -> argparse.Namespace:
 
 def main() -> None:
     args = _args()
-    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+    port, exports, received = mp.Value("i", 0), mp.Value("q", 0), mp.Value("q", 0)
+    sink = mp.Process(target=_serve, args=(port, exports, received), daemon=True)
+    sink.start()
+    while port.value == 0:
+        time.sleep(0.05)
+    endpoint = f"http://127.0.0.1:{port.value}"
     with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s, database(Path(tmp_s)) as url:
         tmp = Path(tmp_s)
         corpus = synthetic_corpus(args.chunks)
@@ -84,7 +98,7 @@ def main() -> None:
         for name, env in variants.items():
             with server(url, tmp, env_extra=env) as (base, _):
                 runs[name] = asyncio.run(run_rates(base, request, [load]))[0]
-    sink.shutdown()
+    sink.terminate()
     off, on = runs["off"], runs["on"]
     print(f"\nHTTP retrieve, hybrid, {args.chunks:,} chunks, {args.rate:g} req/s, {args.duration:g}s each")
     print_table(
@@ -92,7 +106,7 @@ def main() -> None:
         [[k, r.sent, r.ok, f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.p99_ms:.1f}"] for k, r in runs.items()],
     )
     print(f"ratio on/off: p50 {on.p50_ms / off.p50_ms:.2f}, p95 {on.p95_ms / off.p95_ms:.2f}")
-    print(f"OTLP exports received: {_Sink.exports} ({_Sink.received:,} bytes)")
+    print(f"OTLP exports received: {exports.value} ({received.value:,} bytes)")
 
 
 if __name__ == "__main__":
