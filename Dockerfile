@@ -24,7 +24,7 @@ RUN pip install torch==2.13.0 --index-url "${TORCH_INDEX}"
 # out): every package pyproject.toml's [tool.setuptools.packages.find] lists reaches the image
 # with no COPY line of its own to forget (tests/unit/test_dockerfile.py, tests/e2e/test_image.py).
 COPY . .
-ARG EXTRAS=cpu,onnx
+ARG EXTRAS=cpu,onnx,otel
 RUN pip install ".[${EXTRAS}]"
 
 # Index versions, uploads and the Ray temp dir; compose mounts one shared volume here.

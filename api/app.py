@@ -19,7 +19,7 @@ from api.docs import install_docs
 from api.errors import APP_ERRORS, error_responses, install_error_handlers
 from api.limits import KeyLimiter, KeyLimits
 from api.metrics import MetricsMiddleware, metrics_router
-from api.middleware import RequestContextMiddleware
+from api.middleware import RequestContextMiddleware, TracingMiddleware
 from api.observe import ChangeVisibilityProbe, ObserveConfig, RetrieveObserver
 from api.routes import admin, connectors, feedback, fusion, health
 from api.schemas import RetrieveLimits
@@ -28,6 +28,7 @@ from catalog.db import apply_migrations, open_pool
 from core.logging import configure_logging
 from core.settings import Settings
 from wiring.oidc import jwt_authenticator
+from wiring.tracing import configure_tracing
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,11 @@ def create_app(
         responses=error_responses(*APP_ERRORS),
         # Path and query parameters under the text rule of bodies, on every route.
         dependencies=[Depends(checked_parameters)],
+        # FastAPI's own OpenTelemetry spans, metrics and logs are off: they would record
+        # whenever the process has a provider, whatever ragline's setting, and carry the raw
+        # path and query string. Ragline's server span (api.middleware.TracingMiddleware)
+        # records the route template and status only.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     install_docs(app)
     app.state.settings = settings
@@ -150,6 +156,8 @@ def create_app(
     # Inside the request context (the deadline answer carries the request id), outside the routes.
     app.add_middleware(AdmissionMiddleware, limits=admission_limits(settings))
     app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
+    if configure_tracing(settings):  # off unless configured: then no span, not even a no-op one
+        app.add_middleware(TracingMiddleware)
     if settings.metrics.enabled:
         app.add_middleware(MetricsMiddleware)  # outermost: times the whole request
         app.include_router(metrics_router(app))

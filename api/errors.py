@@ -20,7 +20,7 @@ from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from catalog.db import DeadlinePassed
-from core import metrics, validation
+from core import metrics, tracing, validation
 from core.context import request_id_var
 from core.errors import BatchRejectedError, RaglineError, RateLimitedError
 from ragline_client.models import ErrorBody, ErrorDetail, RejectionOut, ValidationIssue
@@ -119,6 +119,9 @@ def _response(
 ) -> JSONResponse:
     metrics.ERRORS.labels(code).inc()
     body: dict[str, object] = {"code": code, "message": message, "request_id": request_id_var.get()}
+    trace_id = tracing.current_trace_id()
+    if trace_id is not None:  # tracing on: the trace to look up next to the request id
+        body["trace_id"] = trace_id
     body.update(extra)
     body = _encodable(body)  # whatever a message quotes, the answer can be written
     out = dict(headers or {})

@@ -15,17 +15,23 @@ import time
 import uuid
 from collections.abc import Callable
 
+from opentelemetry import propagate
+from opentelemetry.trace import SpanKind, StatusCode
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core import metrics
+from core import metrics, tracing
 from core.context import request_id_var
 
 log = logging.getLogger(__name__)
 
 
 def error_body(code: str, message: str, request_id: str) -> bytes:
-    return json.dumps({"error": {"code": code, "message": message, "request_id": request_id}}).encode()
+    error = {"code": code, "message": message, "request_id": request_id}
+    trace_id = tracing.current_trace_id()
+    if trace_id is not None:
+        error["trace_id"] = trace_id
+    return json.dumps({"error": error}).encode()
 
 
 class _TooLarge(HTTPException):
@@ -36,6 +42,49 @@ class _TooLarge(HTTPException):
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body exceeds {limit} bytes")
+
+
+class TracingMiddleware:
+    """A server span per HTTP request, installed only when tracing is on (wiring/tracing.py).
+
+    Continues a W3C ``traceparent`` the caller sent. Outside the request-context middleware, so
+    the error bodies that middleware answers carry the trace id too. The span is named by the
+    route's template (never the raw path) and carries the method, route and status only.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        carrier = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        method = scope["method"]
+        with tracing.tracer().start_as_current_span(
+            method,
+            context=propagate.extract(carrier),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": method},
+        ) as span:
+            status = 0
+
+            async def tracking(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                    span.set_attribute("http.response.status_code", status)
+                await send(message)
+
+            try:
+                await self.app(scope, receive, tracking)
+            finally:
+                route = getattr(scope.get("route"), "path", None)
+                if isinstance(route, str):
+                    span.update_name(f"{method} {route}")
+                    span.set_attribute("http.route", route)
+                if status >= 500:
+                    span.set_status(StatusCode.ERROR)
 
 
 class RequestContextMiddleware:

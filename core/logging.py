@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 
+from core import tracing
 from core.context import request_id_var
 
 
@@ -20,6 +21,9 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             "request_id": request_id_var.get(),
         }
+        trace_id = tracing.current_trace_id()
+        if trace_id is not None:
+            payload["trace_id"] = trace_id
         job_id = getattr(record, "job_id", None)
         if job_id:
             payload["job_id"] = job_id

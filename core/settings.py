@@ -232,6 +232,12 @@ class MetricsSettings(Section):
     tenant_labels: bool = False
 
 
+class TracingSettings(Section):
+    # OpenTelemetry traces: on when this is true or the standard OTEL_* variables name an
+    # exporter or an OTLP endpoint (OTEL_SDK_DISABLED=true turns them off either way).
+    enabled: bool = False
+
+
 class ConsoleSettings(Section):
     """The operator console at ``/console`` (api/routes/console.py)."""
 
@@ -371,6 +377,7 @@ class Settings(BaseSettings):
     audit: AuditSettings = AuditSettings()
     retention: RetentionSettings = RetentionSettings()
     metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
     console: ConsoleSettings = ConsoleSettings()
     reembed: ReembedSettings = ReembedSettings()
     oidc: OidcSettings = OidcSettings()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from authz.acl import AclFilter
+from core import tracing
 from core.records import Hit
 from index.bm25_shards import LexicalStats
 from index.builder import ShardSelection
@@ -53,6 +55,10 @@ class ShardServerConfig:
     planner: PlannerConfig
     poll_seconds: float
     stage_timeout_s: float
+    # Tracing on in the API: the server installs a provider from these ``OTEL_*`` variables and
+    # continues each query's trace (wiring/tracing.py).
+    tracing: bool = False
+    trace_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,8 @@ class ShardQuery:
     # The query terms' statistics summed over every server's segments (the fan-out's first
     # round), so lexical scores compare across servers exactly as they do in one process.
     stats: LexicalStats | None = None
+    # The caller's W3C trace context (``traceparent``), empty when it does not trace.
+    trace: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +111,9 @@ class ShardServer:
         from psycopg_pool import ConnectionPool
 
         self.config = config
+        if config.tracing:  # this actor's own process: its environment is its own
+            os.environ.update(dict(config.trace_env))
+            tracing.install_provider()
         self.pool = ConnectionPool(config.conninfo, min_size=1, max_size=2, open=True)
         self.state = ServingState(
             model_name=config.model_name,
@@ -126,18 +137,27 @@ class ShardServer:
         return self.searcher.lexical_stats(self.state.current, text, tenant_id=tenant_id)
 
     def search(self, query: ShardQuery) -> ShardAnswer:
+        with tracing.continued("shard.search", query.trace, **{"ragline.shard_group": self.config.group}):
+            return self._search(query)
+
+    def _search(self, query: ShardQuery) -> ShardAnswer:
+        """This group's lists; each stage timed (a child span of ``shard.search`` when traced)."""
+        slog = StageLog()
+        t = time.perf_counter()
         self.watcher.catch_up_to(query.position)
         snap = self.state.current  # only this group's shards (and the delta on group 0)
         masks = build_masks(self.state, snap, query.acl)
-        slog = StageLog()
-        dense = (
-            self.searcher.dense(snap, masks, query.vector, query.k, slog) if query.vector is not None else []
-        )
-        lexical = (
-            self.searcher.lexical(snap, masks, query.text, query.k, slog, query.stats)
-            if query.text is not None
-            else []
-        )
+        slog.time("acl_filter", t)
+        dense: list[Hit] = []
+        if query.vector is not None:
+            t = time.perf_counter()
+            dense = self.searcher.dense(snap, masks, query.vector, query.k, slog)
+            slog.time("dense", t)
+        lexical: list[Hit] = []
+        if query.text is not None:
+            t = time.perf_counter()
+            lexical = self.searcher.lexical(snap, masks, query.text, query.k, slog, query.stats)
+            slog.time("lexical", t)
         return ShardAnswer(snap.version_id, dense, lexical, slog.degraded, slog.plans)
 
     def holding(self) -> Holding:
@@ -227,6 +247,7 @@ class ShardFanout:
 
         degraded: list[dict[str, str]] = []
         servers = list(enumerate(self.servers))
+        query = replace(query, trace=tracing.carrier())  # the servers continue this trace
         if query.text is not None:
             stats, failed = self._global_stats(query.text, query.position, query.acl.tenant_id)
             query = replace(query, stats=stats)

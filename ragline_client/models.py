@@ -647,6 +647,8 @@ class ErrorDetail(BaseModel):
     code: str
     message: str
     request_id: str
+    # Only while tracing is on (README "Tracing"): the OpenTelemetry trace of this request.
+    trace_id: str | None = None
     # Only request validation failures (422 invalid_request) list the fields at fault.
     details: list[ValidationIssue] | None = None
     # Only a push whose every document was rejected (422 all_documents_rejected) lists them.

@@ -19,6 +19,7 @@ from functools import partial
 import numpy as np
 
 from authz.acl import AclFilter
+from core import tracing
 from core.records import Hit
 from index.bm25_shards import LexicalShard, LexicalStats
 from index.faiss_shards import exact_search
@@ -62,6 +63,7 @@ class StageLog:
 
     def time(self, stage: str, started: float) -> None:
         self.timings_ms[stage] = round((time.perf_counter() - started) * 1000, 3)
+        tracing.stage_span(stage, started)  # a child span of the request's, when tracing is on
 
     def degrade(self, stage: str, reason: str) -> None:
         self.degraded.append({"stage": stage, "reason": reason})

@@ -20,6 +20,7 @@ from catalog import changes as changes_repo
 from catalog import fusion as fusion_repo
 from catalog.fusion import FusionMethod, FusionOverride
 from catalog.serving import ChunkDetail, chunk_details
+from core import tracing
 from core.errors import InvalidInputError, UnavailableError
 from core.records import Hit
 from index.tokens import TokenCounter
@@ -176,8 +177,17 @@ class SearchService:
         """Search as ``acl`` allows, on a view caught up to ``catalog_position`` (read now if None).
 
         Stages: freshness, ACL masks, candidates, fusion, details (the ACL re-checked in SQL),
-        rerank (optional), packing.
+        rerank (optional), packing. Traced (when tracing is on) as a ``retrieve`` span with a
+        child span per stage: the mode, counts and index version, never the query.
         """
+        with tracing.span("retrieve", **{"ragline.mode": req.mode, "ragline.top_k": req.top_k}):
+            result = self._retrieve(req, acl, catalog_position)
+            tracing.set_attributes(
+                {"ragline.index_version": result.index_version, "ragline.results": len(result.results)}
+            )
+            return result
+
+    def _retrieve(self, req: RetrieveRequest, acl: AclFilter, catalog_position: int | None) -> RetrieveResult:
         slog = StageLog()
         t = time.perf_counter()
         position = self._ensure_fresh(catalog_position)

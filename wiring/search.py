@@ -25,6 +25,7 @@ from retrieve.serving import ServingState
 from retrieve.watcher import IndexWatcher
 from wiring.embedding import embedding_spec
 from wiring.index import lexical_tokenizer
+from wiring.tracing import trace_env, tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,8 @@ def shard_server_config(settings: Settings, url: str, *, dim: int, alias: str = 
         planner=planner_config(settings),
         poll_seconds=settings.index.poll_seconds,
         stage_timeout_s=settings.retrieve.stage_timeout_ms / 1000,
+        tracing=tracing_enabled(settings),
+        trace_env=trace_env(settings),
     )
 
 

@@ -1,0 +1,113 @@
+"""What OpenTelemetry tracing costs a retrieve over HTTP: the same corpus and index served
+with tracing off, then on (OTLP/HTTP to a local sink that accepts every export), one
+open-loop rate each; p50/p95 and the ratio on/off, and the exports the sink received (the
+proof the spans left the server).
+
+Run: ``python -m bench.tracing --chunks 20000 --rate 20 --duration 15``.
+
+Uses ``bench.retrieve``'s synthetic catalog, index and server; the load generator and the sink
+share the machine with the server, so their CPU counts against the latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import tempfile
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from bench.common import print_table
+from bench.load import LoadConfig, LoadResult, run_rates
+from bench.retrieve import (
+    build_live_index,
+    create_query_key,
+    database,
+    load_catalog,
+    query_texts,
+    retrieve_requests,
+    server,
+    synthetic_corpus,
+)
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP trace endpoint that keeps nothing: counts exports and their bytes (in its
+    own process, so it does not share the load generator's interpreter)."""
+
+    exports: Any = None  # multiprocessing.Value, shared with the bench process
+    received: Any = None
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server hook's name)
+        size = int(self.headers.get("content-length", "0") or 0)
+        self.rfile.read(size)
+        with _Sink.exports.get_lock():
+            _Sink.exports.value += 1
+            _Sink.received.value += size
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        return
+
+
+def _serve(port: Any, exports: Any, received: Any) -> None:
+    _Sink.exports, _Sink.received = exports, received
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    port.value = sink.server_address[1]
+    sink.serve_forever()
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--chunks", type=int, default=20_000)
+    p.add_argument("--rate", type=float, default=20.0, help="requests/s of each run")
+    p.add_argument("--duration", type=float, default=15.0, help="measured seconds per run")
+    p.add_argument("--warmup", type=float, default=5.0)
+    return p.parse_args()
+
+
+def main() -> None:
+    args = _args()
+    port, exports, received = mp.Value("i", 0), mp.Value("q", 0), mp.Value("q", 0)
+    sink = mp.Process(target=_serve, args=(port, exports, received), daemon=True)
+    sink.start()
+    while port.value == 0:
+        time.sleep(0.05)
+    endpoint = f"http://127.0.0.1:{port.value}"
+    with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s, database(Path(tmp_s)) as url:
+        tmp = Path(tmp_s)
+        corpus = synthetic_corpus(args.chunks)
+        row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10)
+        build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
+        token = create_query_key(url)
+        queries = query_texts(corpus, 20_000, seed=1)
+        del corpus
+        request = retrieve_requests(queries, token, top_k=8, mode="hybrid", rerank=False)
+        load = LoadConfig(rate=args.rate, duration_s=args.duration, warmup_s=args.warmup, seed=3)
+        runs: dict[str, LoadResult] = {}
+        variants = {
+            "off": {"OTEL_SDK_DISABLED": "true"},
+            "on": {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "1000"},
+        }
+        for name, env in variants.items():
+            with server(url, tmp, env_extra=env) as (base, _):
+                runs[name] = asyncio.run(run_rates(base, request, [load]))[0]
+    sink.terminate()
+    off, on = runs["off"], runs["on"]
+    print(f"\nHTTP retrieve, hybrid, {args.chunks:,} chunks, {args.rate:g} req/s, {args.duration:g}s each")
+    print_table(
+        ["tracing", "sent", "ok", "p50 ms", "p95 ms", "p99 ms"],
+        [[k, r.sent, r.ok, f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.p99_ms:.1f}"] for k, r in runs.items()],
+    )
+    print(f"ratio on/off: p50 {on.p50_ms / off.p50_ms:.2f}, p95 {on.p95_ms / off.p95_ms:.2f}")
+    print(f"OTLP exports received: {exports.value} ({received.value:,} bytes)")
+
+
+if __name__ == "__main__":
+    main()
