@@ -183,7 +183,7 @@ def default_hooks() -> list[ServiceHook]:
 
 
 def extra_routers(limits: RetrieveLimits) -> list[APIRouter]:
-    from api.routes import documents, fetch, jobs, operator, retrieve
+    from api.routes import documents, fetch, index_admin, jobs, keys, operator, retrieve
 
     routers = [documents.router, jobs.router, retrieve.build_router(limits), operator.build_router(limits)]
-    return [*routers, fetch.router]
+    return [*routers, keys.router, index_admin.router, fetch.router]

@@ -14,13 +14,22 @@ from starlette.concurrency import run_in_threadpool
 
 from api.admission import FairGate, Shed
 from api.limits import KeyLimiter
+from api.observe import RetrieveObserver
 from authz.oidc import JwtAuthenticator
 from authz.principals import KeyAuthenticator, Principal
 from authz.roles import ADMIN, INGEST, OPERATOR, QUERY, require_any
 from core import metrics, validation
 from core.context import deadline_var
-from core.errors import AuthenticationError, InvalidInputError, OverloadedError
+from core.errors import AuthenticationError, InvalidInputError, OverloadedError, UnavailableError
 from core.settings import Settings
+from jobs.reembed_job import ReembedWorker
+from jobs.runner import IngestRunner
+from retrieve.service import SearchService
+
+# The collaborators the app factory and its service hooks build (api.app, api.services)
+# reach routes through these typed dependencies only: a route declares ``SearchDep``, a test
+# replaces it with ``app.dependency_overrides[get_search]``. This module is the one reader
+# of ``app.state``; a service a slim app did not start is a 503, not an AttributeError.
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -31,6 +40,58 @@ def get_settings_dep(request: Request) -> Settings:
 def get_pool(request: Request) -> ConnectionPool:
     pool: ConnectionPool = request.app.state.pool
     return pool
+
+
+def get_read_pool(request: Request) -> ConnectionPool:
+    """The autocommit pool of single-statement reads on the query path."""
+    pool: ConnectionPool = request.app.state.read_pool
+    return pool
+
+
+def get_database_url(request: Request) -> str:
+    url: str = request.app.state.database_url
+    return url
+
+
+def get_key_auth(request: Request) -> KeyAuthenticator:
+    auth: KeyAuthenticator = request.app.state.auth
+    return auth
+
+
+def get_observer(request: Request) -> RetrieveObserver:
+    observer: RetrieveObserver = request.app.state.observer
+    return observer
+
+
+def _started(request: Request, name: str, what: str) -> Any:
+    service = getattr(request.app.state, name, None)
+    if service is None:
+        raise UnavailableError(f"{what} is not running on this server")
+    return service
+
+
+def get_search(request: Request) -> SearchService:
+    """The search service; 503 where this app runs without one."""
+    service: SearchService = _started(request, "search", "the search service")
+    return service
+
+
+def get_optional_search(request: Request) -> SearchService | None:
+    """The search service, or None on an app without one (status pages name what is missing)."""
+    service: SearchService | None = getattr(request.app.state, "search", None)
+    return service
+
+
+def get_runner(request: Request) -> IngestRunner | None:
+    """The ingestion runner, or None where this server runs none (jobs wait for one that does)."""
+    runner: IngestRunner | None = getattr(request.app.state, "runner", None)
+    return runner
+
+
+def get_reembed_worker(request: Request) -> ReembedWorker | None:
+    """The model-migration worker, or None where this server runs none."""
+    worker: ReembedWorker | None = getattr(request.app.state, "reembed", None)
+    return worker
 
 
 # Declares the bearer scheme in /openapi.json (so Swagger UI's "Authorize" sends the key);
@@ -52,7 +113,7 @@ async def get_principal(
     and the common case (a cached key) needs no I/O at all.
     """
     principal = await _authenticate(request)
-    limiter: KeyLimiter | None = getattr(request.app.state, "limiter", None)
+    limiter: KeyLimiter | None = getattr(request.app.state, "limiter", None)  # None: a slim test app
     if limiter is None:
         yield principal
         return
@@ -126,6 +187,14 @@ def _record_shed(request: Request, route: str, tenant: str, reason: str, waited_
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 PoolDep = Annotated[ConnectionPool, Depends(get_pool)]
+ReadPoolDep = Annotated[ConnectionPool, Depends(get_read_pool)]
+DatabaseUrlDep = Annotated[str, Depends(get_database_url)]
+KeyAuthDep = Annotated[KeyAuthenticator, Depends(get_key_auth)]
+ObserverDep = Annotated[RetrieveObserver, Depends(get_observer)]
+SearchDep = Annotated[SearchService, Depends(get_search)]
+OptionalSearchDep = Annotated[SearchService | None, Depends(get_optional_search)]
+RunnerDep = Annotated[IngestRunner | None, Depends(get_runner)]
+ReembedDep = Annotated[ReembedWorker | None, Depends(get_reembed_worker)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 IngestPrincipal = Annotated[Principal, Depends(_role(INGEST))]
 QueryPrincipal = Annotated[Principal, Depends(_role(QUERY))]

@@ -10,36 +10,20 @@ the search route validates with the configured request limits.
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 from time import perf_counter
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from psycopg_pool import ConnectionPool
-from starlette.concurrency import run_in_threadpool
 
 from api.console_schemas import (
-    AliasOut,
     DebugRetrieveOut,
     ExplainIn,
     ExplainOut,
-    GcKept,
-    GcOut,
-    IndexOut,
-    KeyCreatedOut,
-    KeyIn,
-    KeyOut,
-    PrincipalOut,
     PrincipalView,
-    QualityOut,
-    ServingOut,
-    ShardQualityOut,
-    SwapIn,
-    SwapOut,
-    VersionOut,
 )
-from api.deps import AdminOrOperator, AdminPrincipal, AdmittedAdmin, OperatorPrincipal, PoolDep, SettingsDep
+from api.deps import AdmittedAdmin, PoolDep
 from api.errors import error_responses
 from api.observe import RetrieveObserver
 from api.routes.retrieve import (
@@ -51,17 +35,12 @@ from api.routes.retrieve import (
 )
 from api.schemas import RetrieveInBase, RetrieveLimits, retrieve_in_model
 from authz.acl import build_acl_filter
-from authz.api_keys import create_key, revoke, validate_principal_id
+from authz.api_keys import validate_principal_id
 from authz.principals import CurrentPrincipal, KeyAuthenticator, Principal
-from authz.roles import check_grant
 from catalog import audit
-from catalog import indexes as indexes_repo
 from catalog import principals as principals_repo
 from catalog.audit import AuditEvent
-from catalog.principals import KeyRow
-from core.errors import NotFoundError, UnavailableError
-from index.quality import ShardQuality, version_quality
-from jobs import index_admin
+from core.errors import UnavailableError
 from retrieve.explain import explain
 from retrieve.service import RetrieveRequest
 
@@ -217,210 +196,4 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
             searched_top_k=depth,
         )
 
-    @router.get("/principals", response_model=list[PrincipalOut], responses=error_responses(401, 403, 429))
-    def list_principals(admin: AdminPrincipal, pool: PoolDep) -> list[PrincipalOut]:
-        """The tenant's principals with their groups (the console's "as principal" list)."""
-        with pool.connection() as conn:
-            rows = principals_repo.list_principals(conn, tenant_id=admin.tenant_id)
-        return [
-            PrincipalOut(
-                principal_id=r.principal_id,
-                groups=list(r.groups),
-                active_keys=r.active_keys,
-                created_at=r.created_at.isoformat(),
-            )
-            for r in rows
-        ]
-
-    @router.get("/keys", response_model=list[KeyOut], responses=error_responses(401, 403, 429))
-    def list_keys(admin: AdminOrOperator, pool: PoolDep) -> list[KeyOut]:
-        """The tenant's keys; never a secret nor its hash."""
-        with pool.connection() as conn:
-            return [_key_out(k) for k in principals_repo.list_keys(conn, tenant_id=admin.tenant_id)]
-
-    @router.post(
-        "/keys",
-        response_model=KeyCreatedOut,
-        status_code=201,
-        responses=error_responses(401, 403, 429, 413, 422),
-    )
-    def create(body: KeyIn, admin: AdminOrOperator, pool: PoolDep) -> KeyCreatedOut:
-        """Create a key in the caller's tenant; the token is in this response only. Tenant
-        roles need a tenant admin, ``operator`` an operator."""
-        check_grant(admin.roles, body.roles)
-        principal = validate_principal_id(body.principal_id) if body.principal_id else None
-        with pool.connection() as conn:
-            key = create_key(
-                conn,
-                tenant_id=admin.tenant_id,
-                roles=list(body.roles),
-                principal_id=principal,
-                can_delegate=body.can_delegate,
-                name=body.name,
-                actor=admin.principal_id,
-                via="console",
-            )
-            row = principals_repo.get_key(conn, key_id=key.key_id)
-        assert row is not None
-        return KeyCreatedOut(key=_key_out(row), token=key.token)
-
-    @router.post(
-        "/keys/{key_id}:revoke", response_model=KeyOut, responses=error_responses(401, 403, 429, 404, 422)
-    )
-    def revoke_route(key_id: str, admin: AdminOrOperator, pool: PoolDep) -> KeyOut:
-        """Revoke one of the tenant's keys (an operator key only by an operator); refused
-        everywhere within a second."""
-        with pool.connection() as conn:
-            before = principals_repo.get_key(conn, key_id=key_id)
-            if before is None or before.tenant_id != admin.tenant_id:
-                raise NotFoundError(f"no active key {key_id} in this tenant")
-            check_grant(admin.roles, before.roles)
-            done = revoke(
-                conn, key_id=key_id, actor=admin.principal_id, tenant_id=admin.tenant_id, via="console"
-            )
-            row = principals_repo.get_key(conn, key_id=key_id)
-        if not done or row is None or row.tenant_id != admin.tenant_id:
-            raise NotFoundError(f"no active key {key_id} in this tenant")
-        return _key_out(row)
-
-    @router.get("/index", response_model=IndexOut, responses=error_responses(401, 403, 429))
-    def index_overview(request: Request, admin: OperatorPrincipal, pool: PoolDep) -> IndexOut:
-        """Versions (model, kinds, shards, counts, hidden fraction, delta, position, build
-        time) and aliases, and what this node serves."""
-        with pool.connection() as conn:
-            versions, aliases = index_admin.overview(conn)
-        service = getattr(request.app.state, "search", None)
-        serving = (
-            ServingOut(
-                version_id=service.state.current.version_id,
-                model=service.state.model_name,
-                last_swap_error=service.last_swap_error,
-            )
-            if service is not None
-            else None
-        )
-        return IndexOut(
-            versions=[
-                VersionOut(
-                    **{
-                        k: getattr(v, k)
-                        for k in VersionOut.model_fields
-                        if k not in ("aliases", "rollback_of", "kinds", "created_at", "built_at", "gate")
-                    },
-                    aliases=list(v.aliases),
-                    rollback_of=list(v.rollback_of),
-                    kinds=list(v.kinds),
-                    created_at=v.created_at.isoformat(),
-                    built_at=_iso(v.built_at),
-                    gate=dict(v.gate) if v.gate is not None else None,
-                )
-                for v in versions
-            ],
-            aliases=[
-                AliasOut(alias=a.alias, version_id=a.version_id, previous_version=a.previous_version)
-                for a in aliases
-            ],
-            serving=serving,
-        )
-
-    def _follow(request: Request, alias: str, previous: str | None, current: str) -> SwapOut:
-        service = getattr(request.app.state, "search", None)
-        serving = None
-        if service is not None and service.watcher.alias == alias:
-            with request.app.state.pool.connection() as conn:
-                service.watcher.check_alias(conn)  # this node follows at once; others on NOTIFY
-            serving = service.state.current.version_id
-        return SwapOut(alias=alias, previous=previous, current=current, serving=serving)
-
-    @router.post(
-        "/index/aliases/{alias}:swap",
-        response_model=SwapOut,
-        responses=error_responses(401, 403, 429, 404, 409, 413, 422),
-    )
-    def swap_route(
-        alias: str, body: SwapIn, request: Request, admin: OperatorPrincipal, pool: PoolDep
-    ) -> SwapOut:
-        """Point an alias at a ready version whose files check out."""
-        with pool.connection() as conn:
-            previous = index_admin.swap(
-                conn, alias=alias, version_id=body.version_id, actor=admin.principal_id, via="console"
-            )
-        return _follow(request, alias, previous, body.version_id)
-
-    @router.post(
-        "/index/aliases/{alias}:rollback",
-        response_model=SwapOut,
-        responses=error_responses(401, 403, 429, 404, 409, 422),
-    )
-    def rollback_route(alias: str, request: Request, admin: OperatorPrincipal, pool: PoolDep) -> SwapOut:
-        """Point an alias back at the version it pointed at before."""
-        with pool.connection() as conn:
-            previous, current = index_admin.rollback(
-                conn, alias=alias, actor=admin.principal_id, via="console"
-            )
-        return _follow(request, alias, previous, current)
-
-    @router.post(
-        "/index/versions/{version_id}:quality",
-        response_model=QualityOut,
-        responses=error_responses(401, 403, 429, 404, 422),
-    )
-    async def quality_route(
-        version_id: str, admin: OperatorPrincipal, pool: PoolDep, settings: SettingsDep
-    ) -> QualityOut:
-        """recall@10 of each shard's ANN index against exact search on a sample of its vectors."""
-        with pool.connection() as conn:
-            row = indexes_repo.get_version(conn, version_id=version_id)
-        if row is None or row.state != "ready":
-            raise NotFoundError(f"no ready index version {version_id}")
-        shards = await run_in_threadpool(
-            version_quality,
-            Path(row.path),
-            sample=settings.console.quality_sample,
-            k=10,
-            ef_search=settings.index.hnsw_ef_search,
-            nprobe=settings.index.ivf_nprobe,
-        )
-        recalls = [s.recall for s in shards if s.recall is not None]
-        return QualityOut(
-            version_id=version_id,
-            k=10,
-            shards=[_shard_out(s) for s in shards],
-            min_recall=min(recalls) if recalls else None,
-        )
-
-    @router.post("/index:gc", response_model=GcOut, responses=error_responses(401, 403, 429))
-    def gc_route(admin: OperatorPrincipal, pool: PoolDep, settings: SettingsDep) -> GcOut:
-        """Delete versions no alias uses nor could roll back to, past the grace period."""
-        grace = settings.index.gc_grace_seconds
-        with pool.connection() as conn:
-            report = index_admin.collect_garbage(
-                conn, grace_seconds=grace, actor=admin.principal_id, via="console"
-            )
-        return GcOut(
-            deleted=list(report.deleted),
-            kept=[GcKept(version_id=v, reason=r) for v, r in report.kept],
-            grace_seconds=grace,
-        )
-
     return router
-
-
-def _shard_out(s: ShardQuality) -> ShardQualityOut:
-    return ShardQualityOut(
-        shard=s.shard, kind=s.kind, vectors=s.vectors, sampled=s.sampled, k=s.k, recall=s.recall
-    )
-
-
-def _key_out(k: KeyRow) -> KeyOut:
-    return KeyOut(
-        key_id=k.key_id,
-        principal_id=k.principal_id,
-        roles=list(k.roles),
-        can_delegate=k.can_delegate,
-        name=k.name,
-        state="revoked" if k.revoked_at else "active",
-        created_at=k.created_at.isoformat(),
-        last_used_at=_iso(k.last_used_at),
-        revoked_at=_iso(k.revoked_at),
-    )
