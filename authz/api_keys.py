@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import psycopg
 
 from authz.roles import ROLES
-from catalog import audit
 from catalog import principals as repo
 from core import validation
 from core.errors import InvalidInputError
@@ -62,55 +61,34 @@ def create_key(
     principal_id: str | None = None,
     can_delegate: bool = False,
     name: str | None = None,
-    actor: str = "cli",
-    via: str = "cli",
 ) -> NewKey:
-    """Create a key in the caller's transaction; the plaintext exists only in the result."""
+    """Store a new key in the caller's transaction; the plaintext exists only in the result.
+
+    The key alone, unaudited: an operation that hands out a key (``ragline keys create``,
+    the console) goes through ``services.access.create_key``, which checks the grant and
+    writes the audit entry; this is also the seed for tests and benchmarks.
+    """
     bad = [r for r in roles if r not in ROLES]
     if bad or not roles:
         raise InvalidInputError(f"roles must be a non-empty subset of {ROLES}, got {roles}")
     principal = validate_principal_id(principal_id or f"service:{tenant_id}-{roles[0]}")
     key_id = secrets.token_hex(6)
     token = f"rl_{key_id}_{secrets.token_urlsafe(32)}"
+    granted = sorted(set(roles))
     repo.insert_key(
         conn,
         key_id=key_id,
         tenant_id=tenant_id,
         principal_id=principal,
         key_hash=hash_token(token),
-        roles=sorted(set(roles)),
+        roles=granted,
         can_delegate=can_delegate,
         name=name,
     )
-    audit.record(
-        conn,
-        actor=actor,
-        action="api_key.create",
-        tenant_id=tenant_id,
-        target=key_id,
-        details={"roles": sorted(set(roles)), "principal": principal, "delegate": can_delegate, "via": via},
-    )
-    return NewKey(key_id, token, tenant_id, principal, tuple(sorted(set(roles))), can_delegate)
+    return NewKey(key_id, token, tenant_id, principal, tuple(granted), can_delegate)
 
 
-def revoke(
-    conn: psycopg.Connection,
-    *,
-    key_id: str,
-    actor: str = "cli",
-    tenant_id: str | None = None,
-    via: str = "cli",
-) -> bool:
-    """Revoke a key; with ``tenant_id``, only one of that tenant's (an admin's own tenant)."""
-    done = repo.revoke_key(conn, key_id=key_id, tenant_id=tenant_id)
-    if done:
-        row = repo.get_key(conn, key_id=key_id)
-        audit.record(
-            conn,
-            actor=actor,
-            action="api_key.revoke",
-            tenant_id=row.tenant_id if row else tenant_id,
-            target=key_id,
-            details={"via": via},
-        )
-    return done
+def revoke(conn: psycopg.Connection, *, key_id: str, tenant_id: str | None = None) -> bool:
+    """Revoke an active key, unaudited (``services.access.revoke_key`` is the audited
+    operation); with ``tenant_id``, only one of that tenant's. False if none matched."""
+    return repo.revoke_key(conn, key_id=key_id, tenant_id=tenant_id)

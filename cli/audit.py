@@ -54,11 +54,11 @@ def _summary(action: str, details: dict[str, Any]) -> str:
 def _audit(args: argparse.Namespace) -> int:
     import psycopg
 
-    from catalog import audit
     from catalog.connect import migrated_url
+    from services.tenants import audit_entries
 
     with psycopg.connect(migrated_url(get_settings())) as conn:
-        rows = audit.entries(
+        rows = audit_entries(
             conn,
             since=parse_since(args.since),
             principal=args.principal,

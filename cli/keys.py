@@ -46,7 +46,8 @@ def _conninfo() -> str:
 def _create(args: argparse.Namespace) -> int:
     import psycopg
 
-    from authz.api_keys import create_key
+    from services import access
+    from services.caller import Caller
 
     tenant = args.tenant
     if tenant is None:
@@ -55,27 +56,27 @@ def _create(args: argparse.Namespace) -> int:
             return 2
         tenant = OPERATOR_TENANT
     with psycopg.connect(_conninfo()) as conn:
-        key = create_key(
+        issued = access.create_key(
             conn,
+            Caller(operator(), "cli"),
+            access.LOCAL_OPERATOR,
             tenant_id=tenant,
             roles=args.role,
             principal_id=args.principal,
             can_delegate=args.delegate,
             name=args.name,
-            actor=operator(),
-            via="cli",
         )
-    print(key.token)
+    print(issued.token)
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     import psycopg
 
-    from catalog.principals import list_keys
+    from services import access
 
     with psycopg.connect(_conninfo()) as conn:
-        keys = list_keys(conn, tenant_id=args.tenant)
+        keys = access.list_keys(conn, tenant_id=args.tenant)
     rows = [  # never the hash, let alone a secret
         {
             "key_id": k.key_id,
@@ -99,9 +100,15 @@ def _list(args: argparse.Namespace) -> int:
 def _revoke(args: argparse.Namespace) -> int:
     import psycopg
 
-    from authz.api_keys import revoke
+    from core.errors import NotFoundError
+    from services import access
+    from services.caller import Caller
 
     with psycopg.connect(_conninfo()) as conn:
-        done = revoke(conn, key_id=args.key_id, actor=operator(), via="cli")
-    print("revoked" if done else "no such active key")
-    return 0 if done else 1
+        try:
+            access.revoke_key(conn, Caller(operator(), "cli"), access.LOCAL_OPERATOR, key_id=args.key_id)
+        except NotFoundError:
+            print("no such active key")
+            return 1
+    print("revoked")
+    return 0

@@ -36,7 +36,8 @@ def _purge(args: argparse.Namespace) -> int:
     import psycopg
 
     from catalog.connect import migrated_url
-    from jobs.purge import erase_document
+    from services.caller import Caller
+    from services.tenants import erase_document
     from wiring import rebuild_config
     from wiring.index import LIVE_ALIAS
 
@@ -46,16 +47,13 @@ def _purge(args: argparse.Namespace) -> int:
         done = erase_document(
             conn,
             url,
+            Caller(operator(), "cli"),
             None if args.no_rebuild else rebuild_config(settings),
             tenant_id=args.tenant,
             external_id=args.external_id,
             alias=LIVE_ALIAS,
-            actor=operator(),
+            compact=args.compact,
         )
-        if args.compact:
-            from catalog.purge import compact
-
-            compact(conn)
     out = {
         "external_id": done.external_id,
         "deleted_now": done.deleted_now,
@@ -63,7 +61,7 @@ def _purge(args: argparse.Namespace) -> int:
         "chunks": done.counts.chunks,
         "job_items": done.counts.job_payloads,
         "rebuilt": done.rebuilt,
-        "compacted": bool(args.compact),
+        "compacted": done.compacted,
     }
     if args.json:
         print(json.dumps(out))

@@ -11,10 +11,9 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from api.deps import AdminOrOperator, AdminPrincipal, OperatorPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.schemas import GroupsBody, GroupsOut, JobOut, NodeStatusOut, ShardStatusOut, StatusOut, Strict
-from authz.api_keys import validate_principal_id
-from catalog import audit
-from catalog import principals as repo
 from core.errors import ConfigError, InvalidInputError
+from services import access
+from services.caller import Caller
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 
@@ -26,17 +25,13 @@ router = APIRouter(prefix="/v1", tags=["admin"])
 )
 def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool: PoolDep) -> GroupsOut:
     """Replace a principal's groups; effective for retrieval from the response on."""
-    validate_principal_id(principal_id)
-    groups = sorted(set(body.groups))
     with pool.connection() as conn:
-        repo.replace_groups(conn, tenant_id=admin.tenant_id, principal_id=principal_id, groups=body.groups)
-        audit.record(
+        groups = access.sync_groups(
             conn,
-            actor=admin.principal_id,
-            action="principal.groups",
+            Caller(admin.principal_id, "api"),
             tenant_id=admin.tenant_id,
-            target=principal_id,
-            details={"groups": groups, "via": "api"},
+            principal_id=principal_id,
+            groups=body.groups,
         )
     return GroupsOut(principal=principal_id, groups=groups)
 

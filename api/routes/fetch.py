@@ -8,17 +8,15 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
-from api.deps import PoolDep, QueryPrincipal
+from api.deps import KeyAuthDep, PoolDep, QueryPrincipal
 from api.errors import error_responses
 from api.schemas import ChunkOut, DocumentOut, PrincipalId
-from authz.api_keys import validate_principal_id
-from authz.principals import CurrentPrincipal, KeyAuthenticator
-from catalog import serving
-from catalog.serving import ChunkDetail
 from core import validation
 from core.errors import NotFoundError
+from services import access
+from services.access import ChunkDetail
 
 router = APIRouter(prefix="/v1", tags=["retrieve"])
 
@@ -29,13 +27,6 @@ _CHUNK_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 AsPrincipal = Annotated[
     PrincipalId | None, Query(description="the end user a delegating key reads for, as in /v1/retrieve")
 ]
-
-
-def _reader(request: Request, principal: QueryPrincipal, as_principal: str | None) -> CurrentPrincipal:
-    auth: KeyAuthenticator = request.app.state.auth
-    if as_principal is not None:
-        return auth.delegate(principal, validate_principal_id(as_principal))
-    return auth.with_current_groups(principal)
 
 
 def chunk_out(d: ChunkDetail) -> ChunkOut:
@@ -56,19 +47,17 @@ def chunk_out(d: ChunkDetail) -> ChunkOut:
 )
 def get_chunk(
     chunk_id: str,
-    request: Request,
     principal: QueryPrincipal,
+    auth: KeyAuthDep,
     pool: PoolDep,
     as_principal: AsPrincipal = None,
 ) -> ChunkOut:
     """One chunk by id, if the caller may read it."""
-    reader = _reader(request, principal, as_principal).principal
+    reader = access.reader_for(auth, principal, as_principal)
     if not _CHUNK_ID.fullmatch(chunk_id):
         raise NotFoundError("no chunk with that id that this caller may read")
     with pool.connection() as conn:
-        found = serving.readable_chunk(
-            conn, chunk_id=chunk_id, tenant_id=reader.tenant_id, readers=sorted(reader.readers)
-        )
+        found = access.readable_chunk(conn, reader, chunk_id=chunk_id)
     if found is None:
         raise NotFoundError(f"no chunk {chunk_id!r} that this caller may read")
     return chunk_out(found)
@@ -81,21 +70,17 @@ def get_chunk(
 )
 def get_document(
     external_id: str,
-    request: Request,
     principal: QueryPrincipal,
+    auth: KeyAuthDep,
     pool: PoolDep,
     as_principal: AsPrincipal = None,
 ) -> DocumentOut:
     """A document's current text as its chunks in order, if the caller may read it."""
     validation.external_id(external_id)
-    reader = _reader(request, principal, as_principal).principal
+    reader = access.reader_for(auth, principal, as_principal)
     with pool.connection() as conn:
-        chunks = serving.readable_document_chunks(
-            conn,
-            external_id=external_id,
-            tenant_id=reader.tenant_id,
-            readers=sorted(reader.readers),
-            limit=MAX_DOCUMENT_CHUNKS + 1,
+        chunks = access.readable_document_chunks(
+            conn, reader, external_id=external_id, limit=MAX_DOCUMENT_CHUNKS + 1
         )
     if not chunks:
         raise NotFoundError(f"no document {external_id!r} that this caller may read")

@@ -14,10 +14,10 @@ from api.deps import AdminPrincipal, PoolDep, SettingsDep
 from api.errors import error_responses
 from api.routes.retrieve import fusion_override
 from api.schemas import FusionIn, FusionOut
-from catalog import audit
-from catalog import fusion as repo
-from core.errors import InvalidInputError
 from core.settings import Settings
+from services import tenants
+from services.caller import Caller
+from services.tenants import FusionOverride
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -55,7 +55,7 @@ class TenantFusionOut(BaseModel):
     effective: FusionOut
 
 
-def _view(settings: Settings, tenant_id: str, stored: repo.FusionOverride | None) -> TenantFusionOut:
+def _view(settings: Settings, tenant_id: str, stored: FusionOverride | None) -> TenantFusionOut:
     from wiring.search import fusion_config  # the search stack, only when asked
 
     base = fusion_config(settings)
@@ -71,7 +71,7 @@ def _view(settings: Settings, tenant_id: str, stored: repo.FusionOverride | None
 def get_fusion(admin: AdminPrincipal, pool: PoolDep, settings: SettingsDep) -> TenantFusionOut:
     """The tenant's fusion defaults, the server's, and the result of both."""
     with pool.connection() as conn:
-        stored = repo.tenant_defaults(conn, tenant_id=admin.tenant_id)
+        stored = tenants.fusion_defaults(conn, tenant_id=admin.tenant_id)
     return _view(settings, admin.tenant_id, stored)
 
 
@@ -83,19 +83,14 @@ def put_fusion(
     Applies to every retrieve of the tenant from the response on (``ragline eval`` included)."""
     from wiring.search import fusion_config
 
-    stored = fusion_override(body) or repo.FusionOverride()
-    merged = fusion_config(settings).merged(stored)
-    if merged.dense_weight == 0 and merged.lexical_weight == 0:
-        raise InvalidInputError("fusion: with the server's settings both leg weights would be 0")
-    with pool.connection() as conn, conn.transaction():
-        repo.set_tenant_defaults(conn, tenant_id=admin.tenant_id, defaults=stored, actor=admin.principal_id)
-        audit.record(
+    stored = fusion_override(body) or FusionOverride()
+    with pool.connection() as conn:
+        tenants.set_fusion(
             conn,
-            actor=admin.principal_id,
-            action="fusion.set",
+            Caller(admin.principal_id, "api"),
             tenant_id=admin.tenant_id,
-            target=admin.tenant_id,
-            details={"fusion": stored.given(), "via": "api"},
+            defaults=stored,
+            base=fusion_config(settings),
         )
     return _view(settings, admin.tenant_id, stored)
 
@@ -103,14 +98,6 @@ def put_fusion(
 @router.delete("/fusion", response_model=TenantFusionOut, responses=error_responses(401, 403, 429))
 def delete_fusion(admin: AdminPrincipal, pool: PoolDep, settings: SettingsDep) -> TenantFusionOut:
     """Drop the tenant's fusion defaults: its requests use the server's settings again."""
-    with pool.connection() as conn, conn.transaction():
-        if repo.clear_tenant_defaults(conn, tenant_id=admin.tenant_id):
-            audit.record(
-                conn,
-                actor=admin.principal_id,
-                action="fusion.set",
-                tenant_id=admin.tenant_id,
-                target=admin.tenant_id,
-                details={"fusion": None, "via": "api"},
-            )
+    with pool.connection() as conn:
+        tenants.reset_fusion(conn, Caller(admin.principal_id, "api"), tenant_id=admin.tenant_id)
     return _view(settings, admin.tenant_id, None)

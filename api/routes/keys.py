@@ -10,11 +10,10 @@ from fastapi import APIRouter
 from api.console_schemas import KeyCreatedOut, KeyIn, KeyOut, PrincipalOut
 from api.deps import AdminOrOperator, AdminPrincipal, PoolDep
 from api.errors import error_responses
-from authz.api_keys import create_key, revoke, validate_principal_id
-from authz.roles import check_grant
-from catalog import principals as principals_repo
-from catalog.principals import KeyRow
-from core.errors import NotFoundError
+from authz.principals import Principal
+from services import access
+from services.access import KeyRow
+from services.caller import Caller
 
 router = APIRouter(prefix="/v1/admin", tags=["console"])
 
@@ -23,11 +22,15 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def _console(admin: Principal) -> Caller:
+    return Caller(admin.principal_id, "console")
+
+
 @router.get("/principals", response_model=list[PrincipalOut], responses=error_responses(401, 403, 429))
 def list_principals(admin: AdminPrincipal, pool: PoolDep) -> list[PrincipalOut]:
     """The tenant's principals with their groups (the console's "as principal" list)."""
     with pool.connection() as conn:
-        rows = principals_repo.list_principals(conn, tenant_id=admin.tenant_id)
+        rows = access.list_principals(conn, tenant_id=admin.tenant_id)
     return [
         PrincipalOut(
             principal_id=r.principal_id,
@@ -43,7 +46,7 @@ def list_principals(admin: AdminPrincipal, pool: PoolDep) -> list[PrincipalOut]:
 def list_keys(admin: AdminOrOperator, pool: PoolDep) -> list[KeyOut]:
     """The tenant's keys; never a secret nor its hash."""
     with pool.connection() as conn:
-        return [_key_out(k) for k in principals_repo.list_keys(conn, tenant_id=admin.tenant_id)]
+        return [_key_out(k) for k in access.list_keys(conn, tenant_id=admin.tenant_id)]
 
 
 @router.post(
@@ -55,22 +58,18 @@ def list_keys(admin: AdminOrOperator, pool: PoolDep) -> list[KeyOut]:
 def create(body: KeyIn, admin: AdminOrOperator, pool: PoolDep) -> KeyCreatedOut:
     """Create a key in the caller's tenant; the token is in this response only. Tenant
     roles need a tenant admin, ``operator`` an operator."""
-    check_grant(admin.roles, body.roles)
-    principal = validate_principal_id(body.principal_id) if body.principal_id else None
     with pool.connection() as conn:
-        key = create_key(
+        issued = access.create_key(
             conn,
+            _console(admin),
+            access.authority_of(admin),
             tenant_id=admin.tenant_id,
-            roles=list(body.roles),
-            principal_id=principal,
+            roles=body.roles,
+            principal_id=body.principal_id,
             can_delegate=body.can_delegate,
             name=body.name,
-            actor=admin.principal_id,
-            via="console",
         )
-        row = principals_repo.get_key(conn, key_id=key.key_id)
-    assert row is not None
-    return KeyCreatedOut(key=_key_out(row), token=key.token)
+    return KeyCreatedOut(key=_key_out(issued.key), token=issued.token)
 
 
 @router.post(
@@ -80,14 +79,7 @@ def revoke_route(key_id: str, admin: AdminOrOperator, pool: PoolDep) -> KeyOut:
     """Revoke one of the tenant's keys (an operator key only by an operator); refused
     everywhere within a second."""
     with pool.connection() as conn:
-        before = principals_repo.get_key(conn, key_id=key_id)
-        if before is None or before.tenant_id != admin.tenant_id:
-            raise NotFoundError(f"no active key {key_id} in this tenant")
-        check_grant(admin.roles, before.roles)
-        done = revoke(conn, key_id=key_id, actor=admin.principal_id, tenant_id=admin.tenant_id, via="console")
-        row = principals_repo.get_key(conn, key_id=key_id)
-    if not done or row is None or row.tenant_id != admin.tenant_id:
-        raise NotFoundError(f"no active key {key_id} in this tenant")
+        row = access.revoke_key(conn, _console(admin), access.authority_of(admin), key_id=key_id)
     return _key_out(row)
 
 

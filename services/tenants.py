@@ -1,0 +1,248 @@
+"""A tenant's own settings and records: its fusion defaults, relevance feedback, the erasure
+of one of its documents, and the audit log that records all of it.
+
+Purge on delete: the bytes of deleted and superseded document versions leave the catalog
+and, through a rebuild, the index files. Hidden versions are invisible to every search from
+the transaction that hid them; their bytes stay for ``retention.purge_after_seconds`` (the
+window in which in-flight reads finish and an operator may still roll ``live`` back), then
+the maintenance tick purges them (``jobs.scheduler.purge_expired``). :func:`erase_document`
+does it at once for one document (an erasure request, ``ragline purge``): a rebuild then
+swaps ``live`` to a version built without it and forgets the rollback target (its files hold
+the purged text), so GC deletes the older versions after ``index.gc_grace_seconds``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from authz.principals import Principal
+from catalog import audit, indexes
+from catalog import documents as docs_repo
+from catalog import feedback as feedback_repo
+from catalog import fusion as fusion_repo
+from catalog import purge as purge_repo
+from catalog.audit import AuditRow
+from catalog.fusion import FusionOverride
+from catalog.purge import PurgeCounts
+from core.errors import InvalidInputError, NotFoundError
+from jobs.rebuild_job import RebuildConfig
+from jobs.scheduler import rebuild_and_forget
+from retrieve.service import FusionConfig
+from services.caller import Caller
+
+__all__ = [
+    "AuditRow",
+    "Erasure",
+    "Feedback",
+    "FusionOverride",
+    "audit_entries",
+    "erase_document",
+    "fusion_defaults",
+    "record_feedback",
+    "reset_fusion",
+    "set_fusion",
+]
+
+
+def fusion_defaults(conn: psycopg.Connection, *, tenant_id: str) -> FusionOverride | None:
+    """The tenant's stored fusion defaults, or None when it uses the server's settings."""
+    return fusion_repo.tenant_defaults(conn, tenant_id=tenant_id)
+
+
+def set_fusion(
+    conn: psycopg.Connection, caller: Caller, *, tenant_id: str, defaults: FusionOverride, base: FusionConfig
+) -> None:
+    """Replace the tenant's fusion defaults (fields left unset fall back to ``base``, the
+    server's settings) and audit it; every retrieve of the tenant uses them from the commit on.
+
+    Raises:
+        InvalidInputError: over ``base`` both leg weights would be 0 (no result could score).
+    """
+    merged = base.merged(defaults)
+    if merged.dense_weight == 0 and merged.lexical_weight == 0:
+        raise InvalidInputError("fusion: with the server's settings both leg weights would be 0")
+    with conn.transaction():
+        fusion_repo.set_tenant_defaults(conn, tenant_id=tenant_id, defaults=defaults, actor=caller.actor)
+        _fusion_audit(conn, caller, tenant_id, defaults.given())
+
+
+def reset_fusion(conn: psycopg.Connection, caller: Caller, *, tenant_id: str) -> bool:
+    """Drop the tenant's fusion defaults (its retrieves use the server's settings again),
+    audited when it had some; True then."""
+    with conn.transaction():
+        dropped = fusion_repo.clear_tenant_defaults(conn, tenant_id=tenant_id)
+        if dropped:
+            _fusion_audit(conn, caller, tenant_id, None)
+    return dropped
+
+
+def _fusion_audit(
+    conn: psycopg.Connection, caller: Caller, tenant_id: str, fusion: dict[str, object] | None
+) -> None:
+    audit.record(
+        conn,
+        actor=caller.actor,
+        action="fusion.set",
+        tenant_id=tenant_id,
+        target=tenant_id,
+        details={"fusion": fusion, "via": caller.via},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """A recorded judgement; ``query_stored``: the retrieve's text was kept beside it."""
+
+    feedback_id: int
+    grade: int
+    query_stored: bool
+
+
+def record_feedback(
+    conn: psycopg.Connection,
+    caller: Caller,
+    reader: Principal,
+    *,
+    request_id: str,
+    grade: int,
+    chunk_id: str | None = None,
+    external_id: str | None = None,
+    store_query_text: bool = False,
+) -> Feedback:
+    """Record ``reader``'s judgement of one result (``chunk_id``) or document
+    (``external_id``) of retrieve ``request_id``, audited; with ``store_query_text``, beside
+    the query text the audit kept for that retrieve.
+
+    Raises:
+        NotFoundError: no such chunk or document that ``reader`` may read (alike, so the
+            answer tells nothing of what it cannot see).
+    """
+    tenant = reader.tenant_id
+    with conn.transaction():
+        doc_id = _judged_document(conn, reader, chunk_id=chunk_id, external_id=external_id)
+        query = None
+        if store_query_text:
+            query = feedback_repo.logged_query(conn, tenant_id=tenant, request_id=request_id)
+        feedback_id = feedback_repo.record(
+            conn,
+            tenant_id=tenant,
+            principal_id=reader.principal_id,
+            request_id=request_id,
+            doc_id=doc_id,
+            chunk_id=chunk_id,
+            grade=grade,
+            query=query,
+        )
+        by = "chunk" if chunk_id else "document"
+        audit.record(
+            conn,
+            actor=caller.actor,
+            action="feedback.record",
+            tenant_id=tenant,
+            target=request_id,
+            details={"feedback_id": feedback_id, "grade": grade, "by": by, "via": caller.via},
+        )
+    return Feedback(feedback_id, grade, query is not None)
+
+
+def _judged_document(
+    conn: psycopg.Connection, reader: Principal, *, chunk_id: str | None, external_id: str | None
+) -> int:
+    """The doc_id a judgement is of, when ``reader`` may read the chunk or document."""
+    tenant, readers = reader.tenant_id, sorted(reader.readers)
+    if chunk_id is not None:
+        doc_id = feedback_repo.readable_chunk(conn, tenant_id=tenant, readers=readers, chunk_id=chunk_id)
+    elif external_id is not None:
+        doc_id = feedback_repo.readable_document(
+            conn, tenant_id=tenant, readers=readers, external_id=external_id
+        )
+    else:
+        raise InvalidInputError("feedback names a chunk_id or an external_id")
+    if doc_id is None:
+        raise NotFoundError("no such chunk or document")
+    return doc_id
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    external_id: str
+    deleted_now: bool  # the document was still active: deleted by the purge itself
+    counts: PurgeCounts
+    rebuilt: str | None  # the version ``alias`` now serves, built without the document
+    compacted: bool  # the catalog tables that held it were rewritten (VACUUM FULL)
+
+
+def erase_document(
+    conn: psycopg.Connection,
+    conninfo: str,
+    caller: Caller,
+    config: RebuildConfig | None,
+    *,
+    tenant_id: str,
+    external_id: str,
+    alias: str,
+    compact: bool = False,
+) -> Erasure:
+    """Delete (if still active) and purge one document now, audited; with ``config``,
+    rebuild ``alias`` without it and forget its rollback target; with ``compact``, then
+    rewrite the tables that held it so no byte of it stays in PostgreSQL's files. ``conn``
+    is autocommit.
+
+    Raises:
+        NotFoundError: the tenant has no such document, active or deleted.
+    """
+    active, counts = _purge_now(conn, caller, tenant_id=tenant_id, external_id=external_id)
+    rebuilt = None
+    if config is not None and indexes.resolve_alias(conn, alias=alias) is not None:
+        rebuilt = rebuild_and_forget(conn, conninfo, config, alias=alias, actor=caller.actor, why=["purge"])
+    if compact:
+        purge_repo.compact(conn)
+    return Erasure(external_id, active, counts, rebuilt, compact)
+
+
+def _purge_now(
+    conn: psycopg.Connection, caller: Caller, *, tenant_id: str, external_id: str
+) -> tuple[bool, PurgeCounts]:
+    """Delete and purge the document's rows in one transaction, with its audit entry."""
+    with conn.transaction():
+        doc = docs_repo.get_document(conn, tenant_id=tenant_id, external_id=external_id, lock=True)
+        if doc is None:
+            raise NotFoundError(f"no document {external_id!r} in tenant {tenant_id}")
+        active = doc.state == "active"
+        if active:
+            docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=external_id)
+        counts = purge_repo.purge_document(conn, doc_id=doc.doc_id)
+        audit.record(
+            conn,
+            actor=caller.actor,
+            action="document.purge",
+            tenant_id=tenant_id,
+            target=external_id,
+            details={
+                "deleted_now": active,
+                "versions": counts.versions,
+                "chunks": counts.chunks,
+                "job_items": counts.job_payloads,
+                "via": caller.via,
+            },
+        )
+    return active, counts
+
+
+def audit_entries(
+    conn: psycopg.Connection,
+    *,
+    since: datetime | None = None,
+    principal: str | None = None,
+    action: str | None = None,
+    tenant_id: str | None = None,
+    limit: int = 100,
+) -> list[AuditRow]:
+    """The audit log newest first; ``principal`` matches the actor or the principal a key
+    searched on behalf of."""
+    return audit.entries(
+        conn, since=since, principal=principal, action=action, tenant_id=tenant_id, limit=limit
+    )
