@@ -32,19 +32,17 @@ def _bytes(n: int | None) -> str:
 def _status(args: argparse.Namespace) -> int:
     import psycopg
 
-    from catalog import fusion as fusion_repo
     from catalog.connect import migrated_url
+    from services.status import fusion_by_tenant
     from wiring.search import fusion_config
     from wiring.status import deployment_status
 
     settings = get_settings()
     with psycopg.connect(migrated_url(settings)) as conn:
         report = deployment_status(settings, conn)
-        tenant_fusion = fusion_repo.all_tenant_defaults(conn)
-    base = fusion_config(settings)
-    fusion = [{"tenant_id": "(settings)", **base.describe()}] + [
-        {"tenant_id": t, **base.merged(o).describe()} for t, o in tenant_fusion.items()
-    ]
+        fusion = [
+            {"tenant_id": t, **f.describe()} for t, f in fusion_by_tenant(conn, fusion_config(settings))
+        ]
     if args.json:
         print_json({**asdict(report), "fusion": fusion})
         return 0
