@@ -113,12 +113,12 @@ def explain_as(
             reasons.append("below_top_k")
     entry = None
     if current.principal.principal_id != admin.principal_id:
-        entry = _acting_entry(admin, current, "console.explain")
+        entry = _acting_entry(admin, current, action="console.explain")
     seen = _seen(pool, current, entry)
     return ConsoleExplanation(why, tuple(reasons), rank, searched, snap.version_id, seen)
 
 
-def _acting_entry(admin: Principal, current: CurrentPrincipal, action: str) -> AuditEvent:
+def _acting_entry(admin: Principal, current: CurrentPrincipal, *, action: str) -> AuditEvent:
     """The entry of an admin acting as another principal of its tenant through the console."""
     p = current.principal
     return AuditEvent(
