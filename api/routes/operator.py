@@ -15,9 +15,16 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from api.console_schemas import DebugRetrieveOut, ExplainIn, ExplainOut, PrincipalView
-from api.deps import AdmittedAdmin, KeyAuthDep, ObserverDep, PoolDep, SearchDep
+from api.deps import AdmittedAdmin, KeyAuthDep, ObserverDep, OptionalSearchDep, PoolDep
 from api.errors import error_responses
-from api.routes.retrieve import bind_route, document_filters, response_json, retrieve_request, shown_filters
+from api.routes.retrieve import (
+    bind_route,
+    document_filters,
+    response_json,
+    retrieve_request,
+    running,
+    shown_filters,
+)
 from api.schemas import RetrieveInBase, RetrieveLimits, retrieve_in_model
 from services import explain as console
 from services.explain import SeenPrincipal
@@ -48,7 +55,7 @@ def search_as(
     body: RetrieveInBase,
     admin: AdmittedAdmin,
     pool: PoolDep,
-    search: SearchDep,
+    search: OptionalSearchDep,
     auth: KeyAuthDep,
     observer: ObserverDep,
 ) -> JSONResponse:
@@ -57,7 +64,7 @@ def search_as(
     call is audited (``admin.retrieve``) like a retrieve, whatever ``audit.retrieves`` says."""
     found = console.search_as(
         pool,
-        search,
+        running(search),
         auth,
         admin,
         as_principal=body.as_principal,
@@ -78,13 +85,18 @@ def search_as(
 
 
 def explain_route(
-    body: ExplainIn, admin: AdmittedAdmin, pool: PoolDep, search: SearchDep, auth: KeyAuthDep, depth: int
+    body: ExplainIn,
+    admin: AdmittedAdmin,
+    pool: PoolDep,
+    search: OptionalSearchDep,
+    auth: KeyAuthDep,
+    depth: int,
 ) -> ExplainOut:
     """Why a document (or chunk) is or is not returned to ``as_principal``: from the
     catalog, the serving index and, with ``query``, the real ranking. Never any text."""
     found = console.explain_as(
         pool,
-        search,
+        running(search),
         auth,
         admin,
         as_principal=body.as_principal,

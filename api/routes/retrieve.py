@@ -15,13 +15,14 @@ from typing import Any, TypeVar
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.deps import AdmittedQuery, KeyAuthDep, ObserverDep, SearchDep
+from api.deps import AdmittedQuery, KeyAuthDep, ObserverDep, OptionalSearchDep
 from api.errors import error_responses
 from api.schemas import FiltersIn, FusionIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
 from authz.acl import DocumentFilters
 from catalog.fusion import FusionOverride
 from core.context import request_id_var
-from retrieve.service import RetrieveRequest, RetrieveResult
+from core.errors import UnavailableError
+from retrieve.service import RetrieveRequest, RetrieveResult, SearchService
 from services.search import retrieve_as
 
 T = TypeVar("T")
@@ -111,16 +112,24 @@ def retrieve_request(body: RetrieveInBase) -> RetrieveRequest:
     )
 
 
+def running(search: SearchService | None) -> SearchService:
+    """The search service, checked in the handler rather than as ``SearchDep``: dependencies
+    run before the body is validated, and a bad request is a 422 even where none runs."""
+    if search is None:
+        raise UnavailableError("the search service is not running")
+    return search
+
+
 def retrieve(
     body: RetrieveInBase,
     principal: AdmittedQuery,
-    search: SearchDep,
+    search: OptionalSearchDep,
     auth: KeyAuthDep,
     observer: ObserverDep,
 ) -> JSONResponse:
     """Search as the key's principal (or, for a delegating key, as ``as_principal``)."""
     searched = retrieve_as(
-        search,
+        running(search),
         auth,
         principal,
         as_principal=body.as_principal,
