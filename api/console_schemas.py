@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictBool, StringConstraints, model_validator
 
 from api.schemas import FiltersIn, ResultOut, RetrieveOut, Strict
+from retrieve.explain import ExplainReason
 
 PrincipalId = Annotated[str, StringConstraints(min_length=3, max_length=256)]
 
@@ -87,19 +88,6 @@ class ExplainIn(Strict):
         if (self.external_id is None) == (self.chunk_id is None):
             raise ValueError("give exactly one of external_id or chunk_id")
         return self
-
-
-ExplainReason = Literal[
-    "not_found",
-    "deleted",
-    "superseded",
-    "not_in_acl",
-    "filtered",
-    "not_embedded",
-    "no_chunks",
-    "in_delta",
-    "below_top_k",
-]
 
 
 class ExplainOut(BaseModel):

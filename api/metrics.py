@@ -31,6 +31,7 @@ from core import metrics
 if TYPE_CHECKING:  # the foundation app does not import the search stack
     from api.observe import RetrieveObserver
     from retrieve.service import SearchService
+    from retrieve.serving import ServingIndex
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,10 @@ class MetricsMiddleware:
 
 
 class StateCollector(Collector):
-    """Gauges read from ``app.state`` (and two cheap catalog counts) at scrape time."""
+    """Gauges read from ``app.state`` (and two cheap catalog counts) at scrape time.
+
+    Not a route: a Prometheus collector the registry calls with no request, so it reads the
+    app's collaborators itself instead of through ``api.deps``."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
@@ -75,13 +79,13 @@ class StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         state = self.app.state
         search = getattr(state, "search", None)
-        if search is not None and search.state.loaded:
-            yield from self._serving(search)
+        snap = search.serving() if search is not None else None
+        if search is not None and snap is not None:
+            yield from self._serving(search, snap)
         yield from self._queues(search, getattr(state, "observer", None))
         yield from self._catalog(search)
 
-    def _serving(self, search: SearchService) -> Iterator[Metric]:
-        snap = search.state.current
+    def _serving(self, search: SearchService, snap: ServingIndex) -> Iterator[Metric]:
         version = GaugeMetricFamily(
             "ragline_index_version_info",
             "The index version an alias serves on this node.",
@@ -89,7 +93,7 @@ class StateCollector(Collector):
         )
         version.add_metric([search.watcher.alias, snap.version_id], 1.0)
         model = GaugeMetricFamily("ragline_model_info", "The embedding model served.", labels=["model"])
-        model.add_metric([search.state.model_name], 1.0)
+        model.add_metric([snap.model], 1.0)  # the serving version's, as answers name it
         vectors = GaugeMetricFamily("ragline_shard_vectors", "Vectors per shard.", labels=["shard"])
         hidden = GaugeMetricFamily(
             "ragline_shard_hidden_fraction",
@@ -140,7 +144,7 @@ class StateCollector(Collector):
             lag = GaugeMetricFamily(
                 "ragline_catalog_lag_positions", "Catalog changes this node's view has not applied yet."
             )
-            lag.add_metric([], float(max(0, position - search.state.view.position)))
+            lag.add_metric([], float(max(0, position - search.view_position)))
             yield lag
 
 

@@ -18,18 +18,16 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from authz.principals import Principal
 from catalog import changes as changes_repo
 from catalog import jobs as jobs_repo
-from catalog.audit import AuditEvent
 from core import metrics
 from jobs.audit_writer import AuditWriter
+from services.search import RetrieveAudit, retrieve_event
 
 if TYPE_CHECKING:  # the foundation app does not import the search stack
     from retrieve.service import RetrieveResult
@@ -41,21 +39,6 @@ log = logging.getLogger(__name__)
 class ObserveConfig:
     tenant_labels: bool
     store_query_text: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RetrieveAudit:
-    """What the route knows about one answered retrieve, beyond the result."""
-
-    principal: Principal
-    on_behalf_of: str | None
-    query: str
-    mode: str
-    top_k: int
-    filters: dict[str, Any]
-    catalog_position: int
-    latency_s: float
-    request_id: str
 
 
 class ChangeVisibilityProbe:
@@ -120,7 +103,9 @@ class RetrieveObserver:
         self.probe = probe
         self.audit: AuditWriter | None = None  # set by the audit hook when retrieves are audited
 
-    def observe(self, result: RetrieveResult, info: RetrieveAudit, *, model: str) -> None:
+    def observe(self, result: RetrieveResult, info: RetrieveAudit) -> None:
+        """Metrics, freshness and (when retrieves are audited) the entry of one answer; the
+        entry names the model the answer names (``services.search.retrieve_event``)."""
         for stage, ms in result.timings_ms.items():
             metrics.RETRIEVE_STAGE.labels(stage).observe(ms / 1000.0)
         for d in result.degraded:
@@ -130,36 +115,7 @@ class RetrieveObserver:
         if self.probe is not None:
             self.probe.note(info.catalog_position)
         if self.audit is not None:
-            self.audit.submit(self.event(result, info, model))
-
-    def event(
-        self, result: RetrieveResult, info: RetrieveAudit, model: str, *, action: str = "retrieve"
-    ) -> AuditEvent:
-        """The audit entry of one answered search: who asked, as whom, with which filters,
-        which chunks came back from which index version."""
-        details: dict[str, Any] = {
-            "key_id": info.principal.key_id,
-            "on_behalf_of": info.on_behalf_of,
-            "mode": info.mode,
-            "top_k": info.top_k,
-            "filters": info.filters,
-            "chunk_ids": [r.detail.chunk_id for r in result.results],
-            "index_version": result.index_version,
-            "model": model,
-            "catalog_position": info.catalog_position,
-            "latency_ms": round(info.latency_s * 1000.0, 3),
-            "degraded": [d["stage"] for d in result.degraded],
-        }
-        if self.config.store_query_text:
-            details["query"] = info.query
-        return AuditEvent(
-            actor=info.principal.principal_id,
-            action=action,
-            tenant_id=info.principal.tenant_id,
-            target=info.request_id,
-            details=details,
-            at=datetime.now(UTC),
-        )
+            self.audit.submit(retrieve_event(result, info, store_query_text=self.config.store_query_text))
 
 
 def record_job_outcome(conn: psycopg.Connection, job_id: uuid.UUID, state: str) -> None:

@@ -101,7 +101,7 @@ def _observe_cost(url: str, calls: int) -> list[list[object]]:
             for _ in range(3):
                 t = time.perf_counter()
                 for _ in range(calls // 3):
-                    observer.observe(result, info, model="m")
+                    observer.observe(result, info)
                 runs.append((time.perf_counter() - t) / (calls // 3) * 1e6)
             per_call = statistics.median(runs)
             written = dropped = "-"

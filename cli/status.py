@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.output import add_json_flag, print_json, print_rows
 from core.settings import get_settings
+
+if TYPE_CHECKING:
+    from services.status import StatusReport
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,22 +35,27 @@ def _bytes(n: int | None) -> str:
 def _status(args: argparse.Namespace) -> int:
     import psycopg
 
-    from catalog import fusion as fusion_repo
     from catalog.connect import migrated_url
+    from services.status import fusion_by_tenant
     from wiring.search import fusion_config
     from wiring.status import deployment_status
 
     settings = get_settings()
     with psycopg.connect(migrated_url(settings)) as conn:
         report = deployment_status(settings, conn)
-        tenant_fusion = fusion_repo.all_tenant_defaults(conn)
-    base = fusion_config(settings)
-    fusion = [{"tenant_id": "(settings)", **base.describe()}] + [
-        {"tenant_id": t, **base.merged(o).describe()} for t, o in tenant_fusion.items()
-    ]
+        fusion = [
+            {"tenant_id": t, **f.describe()} for t, f in fusion_by_tenant(conn, fusion_config(settings))
+        ]
     if args.json:
         print_json({**asdict(report), "fusion": fusion})
         return 0
+    print_rows(_summary(report), ("item", "value"), as_json=False, title="status")
+    _tables(report, fusion)
+    return 0
+
+
+def _summary(report: StatusReport) -> list[dict[str, Any]]:
+    """The report's single values, one row each."""
     rebuild = report.last_rebuild
     migration = report.last_migration
     cap = report.capacity
@@ -78,7 +86,11 @@ def _status(args: argparse.Namespace) -> int:
             {"item": "RAM headroom after a swap", "value": _bytes(cap.ram_headroom_bytes)},
             {"item": "disk headroom for one more version", "value": _bytes(cap.disk_headroom_bytes)},
         ]
-    print_rows(summary, ("item", "value"), as_json=False, title="status")
+    return summary
+
+
+def _tables(report: StatusReport, fusion: list[dict[str, Any]]) -> None:
+    """Aliases, shards, running jobs and each tenant's fusion, a table each."""
     print_rows(
         [asdict(a) for a in report.aliases],
         ("alias", "version_id", "previous_version"),
@@ -112,4 +124,3 @@ def _status(args: argparse.Namespace) -> int:
         as_json=False,
         title="fusion (settings, then each tenant's stored defaults over them)",
     )
-    return 0

@@ -13,6 +13,7 @@ query). No chunk or document text is ever part of an explanation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import psycopg
@@ -23,7 +24,21 @@ from catalog import explain as explain_repo
 from catalog.documents import DocumentRow
 from retrieve.serving import ServingIndex
 
-HIDING = frozenset(
+ExplainReason = Literal[
+    "not_found",
+    "deleted",
+    "superseded",
+    "not_in_acl",
+    "filtered",
+    "not_embedded",
+    "no_chunks",
+    "in_delta",
+    "below_top_k",
+]
+"""Every "why not?" reason: the one definition the explanation and the API schema
+(``api.console_schemas.ExplainOut``) share."""
+
+HIDING: frozenset[ExplainReason] = frozenset(
     {
         "not_found",
         "deleted",
@@ -34,11 +49,12 @@ HIDING = frozenset(
         "no_chunks",
     }
 )
+"""The reasons that hide a document; the others (``in_delta``, ``below_top_k``) only describe it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
-    reasons: tuple[str, ...]
+    reasons: tuple[ExplainReason, ...]
     external_id: str | None
     doc_state: str | None = None
     current_version: int | None = None
@@ -99,7 +115,7 @@ def explain(
     doc = documents_repo.get_document(conn, tenant_id=tenant, external_id=external_id)
     if doc is None:  # no existence oracle: another tenant's id is simply not found
         return Explanation(("not_found",), external_id)
-    reasons: list[str] = []
+    reasons: list[ExplainReason] = []
     if doc.state == "deleted":
         reasons.append("deleted")
     superseded_by = None

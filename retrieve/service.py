@@ -170,6 +170,33 @@ class SearchService:
     def last_swap_error(self) -> str | None:
         return self.watcher.last_swap_error
 
+    @property
+    def model(self) -> str:
+        """The embedding model answering now: the serving version's (``ServingState.model_name``)."""
+        return self.state.model_name
+
+    def serving(self) -> ServingIndex | None:
+        """The snapshot this node serves now; None before the first load."""
+        return self.state.current if self.state.loaded else None
+
+    @property
+    def view_position(self) -> int:
+        """The catalog position this node's view has applied."""
+        return self.state.view.position
+
+    def caught_up(self, position: int, *, purpose: str = "search") -> ServingIndex:
+        """The serving snapshot once every change up to ``position`` is applied: what a
+        search or an explanation for a principal read at ``position`` must run on.
+
+        Fails closed: without current permission data there is no answer rather than a stale
+        one (``UnavailableError``, "refusing to ``purpose``").
+        """
+        try:
+            self.watcher.catch_up_to(position)
+        except Exception as exc:
+            raise UnavailableError(f"permission data is unavailable; refusing to {purpose}") from exc
+        return self.state.current
+
     # --- the request path ----------------------------------------------------------------
     def retrieve(
         self, req: RetrieveRequest, acl: AclFilter, *, catalog_position: int | None = None
@@ -241,13 +268,13 @@ class SearchService:
             position: the catalog position the caller already read (with the principal's
                 groups, in one statement); read here when not given.
         """
-        try:
-            if position is None:
+        if position is None:
+            try:
                 with self.read_pool.connection() as conn:
                     position = changes_repo.current_position(conn)
-            self.watcher.catch_up_to(position)
-        except Exception as exc:
-            raise UnavailableError("permission data is unavailable; refusing to search") from exc
+            except Exception as exc:
+                raise UnavailableError("permission data is unavailable; refusing to search") from exc
+        self.caught_up(position)
         return position
 
     def _remote_candidates(

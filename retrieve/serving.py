@@ -96,7 +96,7 @@ class ServingState:
         version hashes every file, which leaves them in the page cache)."""
         self.view = CatalogView()
         self.selection = selection
-        self.model_name = model_name
+        self.default_model = model_name
         self.dim = dim
         self.prepare_model = prepare_model
         self.warm = warm
@@ -113,6 +113,13 @@ class ServingState:
     @property
     def loaded(self) -> bool:
         return self._current is not None
+
+    @property
+    def model_name(self) -> str:
+        """The embedding model that answers now: the serving version's (its manifest's, so a
+        migration changes it), the configured one only while no version is loaded (delta only).
+        The one owner of "which model answered" (answers, audit, status, metrics)."""
+        return self._current.model if self._current is not None else self.default_model
 
     def shard_stats(self) -> list[ShardStats]:
         """Per shard of the current version, from the in-memory view (no database read)."""
@@ -173,7 +180,7 @@ class ServingState:
             if serve_delta
             else []
         )
-        model = version.manifest.model_name if version else self.model_name
+        model = version.manifest.model_name if version else self.default_model
         dim = version.manifest.dim if version else self.dim
         base = ServingIndex(
             version,

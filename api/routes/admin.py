@@ -8,12 +8,20 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from api.deps import AdminOrOperator, AdminPrincipal, OperatorPrincipal, PoolDep, SettingsDep
+from api.deps import (
+    AdminOrOperator,
+    AdminPrincipal,
+    OperatorPrincipal,
+    OptionalSearchDep,
+    PoolDep,
+    SettingsDep,
+)
 from api.errors import error_responses
-from api.schemas import GroupsBody, GroupsOut, JobOut, NodeStatusOut, ShardStatusOut, StatusOut, Strict
+from api.schemas import GroupsBody, GroupsOut, JobOut, Strict
 from core.errors import ConfigError, InvalidInputError
 from services import access
 from services.caller import Caller
+from services.status import StatusReport
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 
@@ -36,8 +44,10 @@ def put_groups(principal_id: str, body: GroupsBody, admin: AdminPrincipal, pool:
     return GroupsOut(principal=principal_id, groups=groups)
 
 
-@router.get("/admin/status", response_model=StatusOut, responses=error_responses(401, 403, 429))
-def status(request: Request, admin: AdminOrOperator, pool: PoolDep, settings: SettingsDep) -> StatusOut:
+@router.get("/admin/status", response_model=StatusReport, responses=error_responses(401, 403, 429))
+def status(
+    admin: AdminOrOperator, pool: PoolDep, settings: SettingsDep, search: OptionalSearchDep
+) -> StatusReport:
     """Live version per alias, model, shards, delta, jobs, last rebuild and migration,
     freshness lag and capacity headroom; ``node`` is what this replica serves. An operator
     sees the deployment; a tenant admin its own tenant's jobs, changes and delta only."""
@@ -45,19 +55,7 @@ def status(request: Request, admin: AdminOrOperator, pool: PoolDep, settings: Se
 
     tenant = None if admin.is_operator else admin.tenant_id
     with pool.connection() as conn:
-        report = deployment_status(settings, conn, tenant_id=tenant)
-    out = StatusOut.model_validate(report)
-    search = getattr(request.app.state, "search", None)
-    if tenant is None and search is not None and search.state.loaded:
-        snap, view = search.state.current, search.state.view
-        out.node = NodeStatusOut(
-            serving_version=snap.version_id,
-            view_position=view.position,
-            lag_positions=max(0, report.catalog_position - view.position),
-            delta_chunks=snap.delta.size,
-            shards=[ShardStatusOut.model_validate(s, from_attributes=True) for s in search.shard_stats()],
-        )
-    return out
+        return deployment_status(settings, conn, tenant_id=tenant, search=search)
 
 
 class ReembedIn(Strict):

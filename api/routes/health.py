@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.deps import PoolDep
+from api.deps import OptionalSearchDep, PoolDep
 from api.schemas import HealthOut, ReadyChecks, ReadyOut
 from catalog.db import ping
 
@@ -25,7 +25,7 @@ def healthz() -> HealthOut:
         503: {"model": ReadyOut, "description": "Not ready: a check failed; its reason is in `checks`."}
     },
 )
-def readyz(request: Request, pool: PoolDep) -> JSONResponse:
+def readyz(pool: PoolDep, search: OptionalSearchDep) -> JSONResponse:
     """Ready when the database answers and the search indexes are loaded."""
     try:
         with pool.connection(timeout=2.0) as conn:
@@ -33,7 +33,6 @@ def readyz(request: Request, pool: PoolDep) -> JSONResponse:
         database = "ok"
     except Exception as exc:  # any failure means not ready; the reason is in the body
         database = f"unavailable: {type(exc).__name__}"
-    search = getattr(request.app.state, "search", None)
     checks = ReadyChecks(
         database=database, indexes=search.readiness() if search is not None else "not configured"
     )

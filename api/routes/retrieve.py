@@ -1,30 +1,31 @@
 """``POST /v1/retrieve`` (also ``POST /retrieve``): permission-filtered hybrid retrieval.
 
 The request model carries the configured limits, so the router is built per app:
-``build_router(limits)``.
+``build_router(limits)``; the search itself is ``services.search.retrieve_as``.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Callable
 from datetime import date, datetime
-from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.deps import AdmittedQuery
+from api.deps import AdmittedQuery, KeyAuthDep, ObserverDep, OptionalSearchDep
 from api.errors import error_responses
-from api.observe import RetrieveAudit, RetrieveObserver
 from api.schemas import FiltersIn, FusionIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
-from authz.acl import DocumentFilters, build_acl_filter
-from authz.api_keys import validate_principal_id
-from authz.principals import KeyAuthenticator, Principal
+from authz.acl import DocumentFilters
 from catalog.fusion import FusionOverride
 from core.context import request_id_var
 from core.errors import UnavailableError
 from retrieve.service import RetrieveRequest, RetrieveResult, SearchService
+from services.search import retrieve_as
+
+T = TypeVar("T")
 
 
 def _as_datetime(value: datetime | date | None) -> datetime | None:
@@ -111,74 +112,79 @@ def retrieve_request(body: RetrieveInBase) -> RetrieveRequest:
     )
 
 
-def search_service(request: Request) -> SearchService:
-    service: SearchService | None = getattr(request.app.state, "search", None)
-    if service is None:
+def running(search: SearchService | None) -> SearchService:
+    """The search service, checked in the handler rather than as ``SearchDep``: dependencies
+    run before the body is validated, and a bad request is a 422 even where none runs."""
+    if search is None:
         raise UnavailableError("the search service is not running")
-    return service
+    return search
 
 
-def retrieve_audit(
-    principal: Principal,
-    on_behalf_of: str | None,
+def retrieve(
     body: RetrieveInBase,
-    req: RetrieveRequest,
-    catalog_position: int,
-    started: float,
-) -> RetrieveAudit:
-    """What the audit records of one search (a retrieve, or a console search as anyone)."""
-    return RetrieveAudit(
-        principal=principal,
-        on_behalf_of=on_behalf_of,
-        query=req.query,
-        mode=req.mode,
-        top_k=req.top_k,
-        filters=body.filters.model_dump(mode="json", exclude_defaults=True),
-        catalog_position=catalog_position,
-        latency_s=perf_counter() - started,
-        request_id=request_id_var.get(),
+    principal: AdmittedQuery,
+    search: OptionalSearchDep,
+    auth: KeyAuthDep,
+    observer: ObserverDep,
+) -> JSONResponse:
+    """Search as the key's principal (or, for a delegating key, as ``as_principal``)."""
+    searched = retrieve_as(
+        running(search),
+        auth,
+        principal,
+        as_principal=body.as_principal,
+        req=retrieve_request(body),
+        filters=document_filters(body.filters),
+        shown_filters=shown_filters(body),
     )
-
-
-def _search(body: RetrieveInBase, request: Request, principal: Principal) -> JSONResponse:
-    started = perf_counter()
-    service = search_service(request)
-    auth: KeyAuthenticator = request.app.state.auth
-    if body.as_principal is not None:
-        current = auth.delegate(principal, validate_principal_id(body.as_principal))
-    else:
-        current = auth.with_current_groups(principal)
-    acl = build_acl_filter(current.principal, document_filters(body.filters))
-    req = retrieve_request(body)
     # Plain JSON types already: skip FastAPI's jsonable_encoder walk over every result.
     # A returned Response is not validated again, so response_model only documents it.
-    result = service.retrieve(req, acl, catalog_position=current.catalog_position)
-    response = JSONResponse(response_json(result))
-    observer: RetrieveObserver = request.app.state.observer
-    info = retrieve_audit(principal, body.as_principal, body, req, current.catalog_position, started)
-    observer.observe(result, info, model=request.app.state.settings.embedding_model)
+    response = JSONResponse(response_json(searched.result))
+    observer.observe(searched.result, searched.audit)
     return response
+
+
+def shown_filters(body: RetrieveInBase) -> dict[str, Any]:
+    """The request's filters as the audit records them: what the caller set, in wire form."""
+    return body.filters.model_dump(mode="json", exclude_defaults=True)
 
 
 def build_router(limits: RetrieveLimits) -> APIRouter:
     """The retrieval routes, validating requests with the model ``limits`` describe."""
 
-    def retrieve(body: RetrieveInBase, request: Request, principal: AdmittedQuery) -> JSONResponse:
-        """Search as the key's principal (or, for a delegating key, as ``as_principal``)."""
-        return _search(body, request, principal)
-
-    # FastAPI reads the body model from the annotation: this app's model, with its limits.
-    # A fresh function per router, so two apps never share (or overwrite) an annotation.
-    retrieve.__annotations__["body"] = retrieve_in_model(limits)
+    route = bind_route(retrieve, body=retrieve_in_model(limits))
     router = APIRouter(tags=["retrieve"])
     errors = error_responses(401, 403, 413, 422, 429, 503)
     for path, documented in (("/v1/retrieve", True), ("/retrieve", False)):
         router.add_api_route(
             path,
-            retrieve,
+            route,
             methods=["POST"],
             response_model=RetrieveOut,
             responses=errors,
             include_in_schema=documented,
         )
     return router
+
+
+def bind_route(
+    handler: Callable[..., JSONResponse | T], *, body: type[RetrieveInBase] | None = None, **fixed: Any
+) -> Callable[..., JSONResponse | T]:
+    """A copy of the module-level ``handler`` for one app's router: its ``body`` parameter
+    typed ``body`` (the app's request model, with its limits: FastAPI reads it from the
+    signature) and the ``fixed`` parameters given (and out of the request's signature). A copy
+    per router keeps two apps from sharing (or overwriting) an annotation."""
+    signature = inspect.signature(handler, eval_str=True)  # the handler's module's names, resolved
+
+    def bound(**kwargs: Any) -> JSONResponse | T:
+        return handler(**kwargs, **fixed)
+
+    bound.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[
+            p.replace(annotation=body) if p.name == "body" and body is not None else p
+            for p in signature.parameters.values()
+            if p.name not in fixed
+        ]
+    )
+    bound.__name__, bound.__doc__ = handler.__name__, handler.__doc__
+    return bound

@@ -1,21 +1,24 @@
 """One report of what a ragline deployment is serving and doing: ``ragline status`` and
-``GET /v1/admin/status``.
+``GET /v1/admin/status`` both call :func:`deployment_status`.
 
-Everything here is read from the catalog and the version folders, so the CLI and every
-replica give the same answer; the API adds what its own serving node sees.
+Everything but ``node`` is read from the catalog and the version folders, so the CLI and every
+replica give the same answer; the API adds what its own serving node sees. The records here
+are the one definition of the report: the API answers them as they are (its response model is
+:class:`StatusReport`; the field descriptions below are its OpenAPI descriptions).
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import psycopg
 
+from catalog import fusion as fusion_repo
 from catalog import indexes as indexes_repo
 from catalog import jobs as jobs_repo
 from catalog import maintenance as maintenance_repo
@@ -24,6 +27,27 @@ from catalog.status import MigrationRow, RebuildRow
 from index.capacity import estimate_capacity
 from index.faiss_shards import DenseKind
 from index.manifest import read_manifest
+
+if TYPE_CHECKING:  # the CLI's report needs no search service
+    from retrieve.service import FusionConfig, SearchService
+
+
+_EXAMPLE: dict[str, Any] = {
+    "model": "bundled:all-MiniLM-L6-v2",
+    "alias": "live",
+    "aliases": [{"alias": "live", "version_id": "v-20261201-0800", "previous_version": None}],
+    "live_version": "v-20261201-0800",
+    "shards": [{"shard": 0, "kind": "flat", "vectors": 5120, "hidden": 12, "hidden_fraction": 0.0023}],
+    "delta_chunks": 40,
+    "catalog_position": 1234,
+    "changes_since_build": 17,
+    "freshness_lag_s": 312.5,
+    "running_jobs": [],
+    "last_rebuild": None,
+    "last_migration": {"number": 3, "name": "audit_retention", "applied_at": "2026-12-01T08:00:00Z"},
+    "capacity": None,
+    "node": None,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +62,9 @@ class ShardStatus:
     shard: int
     kind: str
     vectors: int
-    hidden: int  # deleted or superseded since the build: masked at query time
+    hidden: int = field(
+        metadata={"description": "Vectors deleted or superseded since the build (masked at query time)."}
+    )
     hidden_fraction: float
 
 
@@ -65,12 +91,31 @@ class Capacity:
     disk_bytes: int
     ram_available_bytes: int | None
     disk_free_bytes: int
-    ram_headroom_bytes: int | None  # available RAM minus what the next swap needs
-    disk_headroom_bytes: int  # free disk minus one more version
+    ram_headroom_bytes: int | None = field(
+        metadata={"description": "Available RAM minus what the next swap needs."}
+    )
+    disk_headroom_bytes: int = field(metadata={"description": "Free disk minus one more version."})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """What the answering replica itself serves."""
+
+    serving_version: str
+    view_position: int
+    lag_positions: int = field(metadata={"description": "Catalog changes this node has not applied yet."})
+    delta_chunks: int
+    shards: list[ShardStatus]
 
 
 @dataclass(frozen=True, slots=True)
 class StatusReport:
+    """``GET /v1/admin/status`` and ``ragline status``: the deployment from the catalog, and
+    (the API, for an operator) this replica's view. ``model`` is the model that answers: the
+    live version's (the configured one only while there is no version)."""
+
+    __pydantic_config__ = {"json_schema_extra": {"examples": [_EXAMPLE]}}
+
     model: str
     alias: str
     aliases: list[AliasStatus]
@@ -79,16 +124,69 @@ class StatusReport:
     delta_chunks: int  # live chunks committed after the live version was built
     catalog_position: int
     changes_since_build: int
-    freshness_lag_s: float | None  # age of the oldest change the live version does not hold
+    freshness_lag_s: float | None = field(
+        metadata={
+            "description": "Age of the oldest catalog change the live version does not hold"
+            " (served from the delta)."
+        }
+    )
     running_jobs: list[RunningJob]
     last_rebuild: RebuildRow | None
     last_migration: MigrationRow | None
     capacity: Capacity | None
-    scope: str = "deployment"  # or "tenant": one tenant's share, nothing summed over others
+    node: NodeStatus | None = None
+    scope: Literal["deployment", "tenant"] = field(
+        default="deployment",
+        metadata={
+            "description": "'tenant' for a tenant admin: its own jobs, changes and delta only; no shard"
+            " sizes, capacity, last rebuild or node view (they count every tenant's chunks)."
+        },
+    )
+
+
+def deployment_status(
+    conn: psycopg.Connection,
+    *,
+    alias: str,
+    default_model: str,
+    index_root: Path,
+    tenant_id: str | None = None,
+    search: SearchService | None = None,
+) -> StatusReport:
+    """The status of the deployment (one tenant's share of it with ``tenant_id``) serving
+    ``alias``; with ``search`` (the API's own service) and no tenant, this node's view too."""
+    report = status_report(
+        conn, alias=alias, default_model=default_model, index_root=index_root, tenant_id=tenant_id
+    )
+    node = node_status(search, report.catalog_position) if tenant_id is None and search is not None else None
+    return report if node is None else replace(report, node=node)
+
+
+def node_status(search: SearchService, catalog_position: int) -> NodeStatus | None:
+    """What ``search`` serves now, against the catalog's ``catalog_position``; None before it
+    loaded a snapshot."""
+    snap = search.serving()
+    if snap is None:
+        return None
+    view = search.view_position
+    return NodeStatus(
+        serving_version=snap.version_id,
+        view_position=view,
+        lag_positions=max(0, catalog_position - view),
+        delta_chunks=snap.delta.size,
+        shards=[
+            ShardStatus(s.shard, s.kind, s.vectors, s.hidden, s.hidden_fraction) for s in search.shard_stats()
+        ],
+    )
 
 
 def status_report(
-    conn: psycopg.Connection, *, alias: str, model: str, index_root: Path, tenant_id: str | None = None
+    conn: psycopg.Connection,
+    *,
+    alias: str,
+    default_model: str,
+    index_root: Path,
+    tenant_id: str | None = None,
 ) -> StatusReport:
     """The deployment's status as the catalog and the live version's files tell it.
 
@@ -117,7 +215,7 @@ def status_report(
         for j in jobs_repo.list_jobs(conn, tenant_id=tenant_id, state=state, limit=50)
     ]
     return StatusReport(
-        model=model,
+        model=target.embedding_model if target else default_model,
         alias=alias,
         aliases=[
             AliasStatus(a.alias, a.version_id, a.previous_version) for a in indexes_repo.alias_rows(conn)
@@ -176,3 +274,10 @@ def _available_ram() -> int | None:
     except OSError:
         return None
     return None
+
+
+def fusion_by_tenant(conn: psycopg.Connection, base: FusionConfig) -> list[tuple[str, FusionConfig]]:
+    """The fusion each tenant's searches use: ``base`` (the settings'), then each tenant with
+    stored defaults over it (``ragline status``'s fusion table)."""
+    stored = fusion_repo.all_tenant_defaults(conn)
+    return [("(settings)", base)] + [(tenant, base.merged(o)) for tenant, o in stored.items()]
