@@ -275,6 +275,18 @@ def set_acl(
     return doc
 
 
+def set_description(
+    conn: psycopg.Connection, *, doc: DocumentRow, title: str | None, metadata: Mapping[str, Any]
+) -> None:
+    """Replace a live document's title and metadata without a new version (an unchanged
+    re-push whose source renamed or re-described it); serving follows the change."""
+    conn.execute(
+        "UPDATE documents SET title = %s, metadata = %s, source = %s, updated_at = now() WHERE doc_id = %s",
+        (title, Jsonb(dict(metadata)), _source(metadata), doc.doc_id),
+    )
+    record_change(conn, tenant_id=doc.tenant_id, kind="metadata", doc_id=doc.doc_id)
+
+
 def update_acl_if_changed(conn: psycopg.Connection, *, doc: DocumentRow, acl: Acl) -> bool:
     """For an unchanged re-push: apply a new ACL without a new version."""
     if sorted(set(doc.acl.principals)) == sorted(set(acl.principals)) and doc.acl.public == acl.public:

@@ -201,7 +201,7 @@ class FsConnector(Connector):
                 continue  # vanished between walk and read: the next run sees it gone
             rule = rule or AclRule(acl=AclIn())
             self._files[external_id] = (path, rel, rule)
-            items.append(Item(external_id=external_id, fingerprint=f"sha256:{digest}", acl=rule.acl))
+            items.append(Item(external_id=external_id, fingerprint=_fingerprint(digest, rule), acl=rule.acl))
         return Listing(items=items, complete=True)
 
     def load(self, item: Item) -> DocumentIn | FileDocument:
@@ -220,6 +220,16 @@ class FsConnector(Connector):
             metadata=meta,
             acl=item.acl,
         )
+
+
+def _fingerprint(digest: str, rule: AclRule) -> str:
+    """The content's hash, and the ACL map's title and metadata where it gives any: an edit of
+    those alone pushes the file again (the server finds the content unchanged and applies the
+    new description without re-embedding). Files the map describes not keep their old form."""
+    if rule.title is None and not rule.metadata:
+        return f"sha256:{digest}"
+    described = json.dumps([rule.title, dict(rule.metadata)], sort_keys=True, default=str)
+    return f"sha256:{digest};desc:{hashlib.sha256(described.encode()).hexdigest()[:16]}"
 
 
 def _sha256(path: Path) -> str:

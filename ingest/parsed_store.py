@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from typing import Any
 
 from core.records import ParsedDocument, Section, SectionKind
 
@@ -22,6 +23,9 @@ def encode_parsed(doc: ParsedDocument) -> bytes:
         "title": doc.title,
         "page_count": doc.page_count,
         "warnings": list(doc.warnings),
+        # What the file itself says (an e-mail's From/To): an unchanged re-push with new
+        # connector metadata merges over it again (jobs.commit.refresh_description).
+        "metadata": dict(doc.metadata),
         "sections": [
             [s.text, str(s.kind), list(s.heading_path), s.char_start, s.char_end, s.page_start, s.page_end]
             for s in doc.sections
@@ -38,5 +42,16 @@ def decode_parsed(blob: bytes) -> ParsedDocument:
         for text, kind, heads, start, end, p0, p1 in body["sections"]
     )
     return ParsedDocument(
-        body["text"], sections, body["title"], int(body["page_count"]), tuple(body["warnings"])
+        body["text"],
+        sections,
+        body["title"],
+        int(body["page_count"]),
+        tuple(body["warnings"]),
+        metadata=dict(body.get("metadata") or {}),
     )
+
+
+def stored_metadata(blob: bytes) -> dict[str, Any] | None:
+    """The file metadata ``encode_parsed`` stored; None when the body predates it."""
+    meta = json.loads(zlib.decompress(blob)).get("metadata")
+    return dict(meta) if isinstance(meta, dict) else None

@@ -13,9 +13,11 @@ import psycopg
 
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
+from catalog import reembed as reembed_repo
 from catalog import secrets as secrets_repo
-from core.records import Committable, Embedded, Failed, Unchanged
-from ingest.parsed_store import encode_parsed
+from catalog.documents import DocumentRow
+from core.records import Committable, Embedded, Failed, SourceDocument, Unchanged
+from ingest.parsed_store import encode_parsed, stored_metadata
 from ingest.pipeline import with_version
 
 
@@ -88,8 +90,9 @@ def _commit_embedded(
     if src.connector is not None or current.state != "active":
         docs_repo.set_connector(conn, doc_id=current.doc_id, connector=src.connector)
     if current.state == "active" and current.content_hash == p.content_hash:
-        # Another job committed the same content meanwhile: only the ACL may differ.
+        # Another job committed the same content meanwhile: only the ACL and description may differ.
         docs_repo.update_acl_if_changed(conn, doc=current, acl=src.acl)
+        refresh_description(conn, current, src)
         done = jobs_repo.finish_item(
             conn,
             job_id=p.ref.job_id,
@@ -138,3 +141,28 @@ def _commit_embedded(
         warnings=p.warnings,
     )
     return "succeeded"
+
+
+def refresh_description(conn: psycopg.Connection, doc: DocumentRow, source: SourceDocument) -> bool:
+    """For an unchanged re-push: apply the source's new metadata (a renamed file's ``path``,
+    an edited ACL map's ``metadata``) without a new version, as a commit would have set it:
+    the file's own metadata (an e-mail's From/To) under the pushed metadata. The title needs
+    nothing here: it is part of the content hash, so a new title is a new version.
+
+    The common re-push changes nothing and costs no read: the stored parsed body is read only
+    when the pushed metadata differs from the document's. Returns whether anything changed.
+    """
+    if doc.state != "active" or doc.current_version is None:
+        return False
+    same = all(k in doc.metadata and doc.metadata[k] == v for k, v in source.metadata.items())
+    if same and len(source.metadata) == len(doc.metadata):
+        return False
+    blob = reembed_repo.parsed_text(conn, doc_id=doc.doc_id, version=doc.current_version)
+    file_metadata = stored_metadata(blob) if blob is not None else None
+    # A body stored before the file's metadata was: keep no key the source dropped but those
+    # the file gave (unknown then), so only the pushed keys are certain: they win.
+    metadata = {**(file_metadata or {}), **source.metadata}
+    if metadata == dict(doc.metadata):
+        return False
+    docs_repo.set_description(conn, doc=doc, title=doc.title, metadata=metadata)
+    return True

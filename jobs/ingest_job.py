@@ -29,7 +29,7 @@ from index.embedder import Embedder, EmbeddingSpec
 from ingest.isolation import IsolationConfig, Parser
 from ingest.parse_pool import make_parser
 from ingest.pipeline import ChunkingConfig, PrepareRequest, embed, prepare_batch
-from jobs.commit import commit
+from jobs.commit import commit, refresh_description
 from jobs.dual_write import DualWriter
 from jobs.sources import load_source, read_path
 from jobs.staging import remove_finished
@@ -90,6 +90,7 @@ def prepare_items(
         doc = live.get(request.ref.item_no)
         if isinstance(outcome, Unchanged) and doc is not None:
             docs_repo.update_acl_if_changed(conn, doc=doc, acl=request.source.acl)
+            refresh_description(conn, doc, request.source)
             if request.source.connector is not None:
                 docs_repo.set_connector(conn, doc_id=doc.doc_id, connector=request.source.connector)
             conn.commit()

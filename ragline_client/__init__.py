@@ -4,7 +4,16 @@ tenacity only; it never imports the server's packages."""
 
 from ragline_client._flows import PushResult
 from ragline_client.client import AsyncClient, Client
-from ragline_client.connector import Connector, FileDocument, Item, Listing, Syncer, SyncPlan, SyncReport
+from ragline_client.connector import (
+    Connector,
+    FileDocument,
+    Item,
+    Linked,
+    Listing,
+    Syncer,
+    SyncPlan,
+    SyncReport,
+)
 from ragline_client.errors import RaglineError
 from ragline_client.models import AclIn, DocumentIn, FiltersIn, JobOut, RetrieveOut
 from ragline_client.retry import RetryPolicy
@@ -19,6 +28,7 @@ __all__ = [
     "FiltersIn",
     "Item",
     "JobOut",
+    "Linked",
     "Listing",
     "PushResult",
     "RaglineError",

@@ -50,6 +50,19 @@ class FileDocument:
 
 
 @dataclass(frozen=True, slots=True)
+class Linked:
+    """A document and the documents it carries (an e-mail and its attachments), returned by
+    ``load``. The kit pushes the linked documents beside it under the parent's ACL, keeps them
+    while the parent is unchanged, gives them the parent's ACL changes, deletes the ones a new
+    version of the parent no longer carries, and deletes them all with the parent. A connector
+    lists only parents; each linked document's id must be its own (say, the parent's id plus
+    ``#attachment=N``) and its metadata should name the parent."""
+
+    document: DocumentIn
+    linked: Sequence[DocumentIn] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Listing:
     """What ``list_items`` found. ``complete``: ``items`` is the whole source, so a recorded
     item missing from it was deleted; a change feed (``complete=False``) names its deletions
@@ -62,6 +75,12 @@ class Listing:
     complete: bool = True
     deleted: Sequence[str] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
+    # Id prefixes the source vouches for without listing them (an IMAP folder whose CONDSTORE
+    # state and ACL match the cursor's): the recorded documents under them stay as they are.
+    unchanged: Sequence[str] = ()
+    # The cursor vouches for items next run (as ``unchanged`` does): it is saved only by a run
+    # that failed no item, so a failed one is listed, and tried, again.
+    cursor_vouches: bool = False
 
 
 class Connector(ABC):
@@ -75,8 +94,9 @@ class Connector(ABC):
         """The source's items (all of them, or those changed since ``cursor``)."""
 
     @abstractmethod
-    def load(self, item: Item) -> DocumentIn | FileDocument:
-        """The document to send for ``item``; raise to count it as failed this run."""
+    def load(self, item: Item) -> DocumentIn | FileDocument | Linked:
+        """The document to send for ``item`` (with what it carries: :class:`Linked`); raise
+        to count it as failed this run."""
 
     def groups(self) -> Mapping[str, Sequence[str]] | None:
         """Group memberships to sync (principal -> groups), or ``None`` to leave them alone."""
@@ -92,6 +112,25 @@ def _recorded(item: Item) -> str:
     return f"{item.fingerprint}|acl:{_digest([sorted(item.acl.principals), item.acl.public])}"
 
 
+_LINKED = "linked:"
+
+
+def _child(parent: Item, external_id: str) -> Item:
+    """A linked document's item: recorded as its parent's (by a digest of the parent's id),
+    with the parent's ACL."""
+    fingerprint = f"{_LINKED}{_digest(parent.external_id)}"
+    return Item(external_id=external_id, fingerprint=fingerprint, acl=parent.acl)
+
+
+def _children(recorded: Mapping[str, str]) -> dict[str, list[str]]:
+    """The recorded linked documents by their parent's digest."""
+    out: dict[str, list[str]] = {}
+    for external_id, value in recorded.items():
+        if value.startswith(_LINKED):
+            out.setdefault(value.split("|acl:")[0].removeprefix(_LINKED), []).append(external_id)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class SyncPlan:
     """What a run will do, worked out from the listing and the recorded state."""
@@ -104,6 +143,10 @@ class SyncPlan:
     remove_groups: list[str]
     cursor: str | None
     failed: Mapping[str, str] = field(default_factory=dict)
+    # Parents to push again -> the linked documents they carried: those the new version no
+    # longer carries are deleted once it is in.
+    carried: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    cursor_vouches: bool = False
 
     @property
     def total(self) -> int:
@@ -157,21 +200,34 @@ class Syncer:
     def plan(self) -> SyncPlan:
         state = self.client.connector_state(self.connector.name)
         listing = self.connector.list_items(state.cursor)
+        children = _children(state.documents)
         push, acl, unchanged = [], [], 0
+        carried: dict[str, list[str]] = {}
         listed = set()
         for item in listing.items:
+            kids = children.get(_digest(item.external_id), [])
             listed.add(item.external_id)
+            listed.update(kids)  # a listed parent keeps its linked documents
             before = state.documents.get(item.external_id)
             if before is None or before.split("|acl:")[0] != item.fingerprint:
                 push.append(item)
+                if kids:
+                    carried[item.external_id] = kids
             elif before != _recorded(item):
                 acl.append(item)
+                acl += [_child(item, kid) for kid in kids]  # they read as their parent does
             else:
                 unchanged += 1
+        if listing.unchanged:
+            vouched = [ext for ext in state.documents if ext.startswith(tuple(listing.unchanged))]
+            listed.update(vouched)
+            unchanged += sum(1 for ext in vouched if not state.documents[ext].startswith(_LINKED))
+        kept = set(listing.failed) | {k for f in listing.failed for k in children.get(_digest(f), [])}
         if listing.complete:
-            delete = sorted(set(state.documents) - listed - set(listing.failed))
+            delete = sorted(set(state.documents) - listed - kept)
         else:
-            delete = sorted(set(listing.deleted) & set(state.documents))
+            gone = set(listing.deleted) | {k for d in listing.deleted for k in children.get(_digest(d), [])}
+            delete = sorted(gone & set(state.documents))
         desired = self.connector.groups()
         groups: dict[str, list[str]] = {}
         remove_groups: list[str] = []
@@ -180,7 +236,16 @@ class Syncer:
             groups = {p: g for p, g in wanted.items() if state.groups.get(p) != _digest(g)}
             remove_groups = sorted(set(state.groups) - set(wanted))
         return SyncPlan(
-            push, acl, delete, unchanged, groups, remove_groups, listing.cursor, dict(listing.failed)
+            push,
+            acl,
+            delete,
+            unchanged,
+            groups,
+            remove_groups,
+            listing.cursor,
+            dict(listing.failed),
+            carried,
+            listing.cursor_vouches,
         )
 
     def run(self, progress: Progress | None = None) -> SyncReport:
@@ -194,7 +259,7 @@ class Syncer:
         tick: Progress = progress or (lambda _items, _chunks: None)
         batch_size = self.client.me().limits.max_batch_documents
         for start in range(0, len(plan.push), batch_size):
-            self._push_batch(plan.push[start : start + batch_size], report, tick)
+            self._push_batch(plan.push[start : start + batch_size], report, tick, plan)
         for item in plan.acl:
             self._set_acl(item, report)
             tick(1, 0)
@@ -202,17 +267,18 @@ class Syncer:
             self._delete(external_id, report)
             tick(1, 0)
         self._sync_groups(plan, report)
-        if plan.cursor is not None:
+        if plan.cursor is not None and not (plan.cursor_vouches and report.failed):
             self._save(ConnectorStateUpdate(cursor=plan.cursor))
         return report
 
     def _save(self, update: ConnectorStateUpdate) -> None:
         self.client.save_connector_state(self.connector.name, update)
 
-    def _push_batch(self, batch: list[Item], report: SyncReport, tick: Progress) -> None:
+    def _push_batch(self, batch: list[Item], report: SyncReport, tick: Progress, plan: SyncPlan) -> None:
         inline: list[tuple[Item, DocumentIn]] = []
         sent: dict[str, Item] = {}
         job_ids: list[str] = []
+        linked: dict[str, list[str]] = {}  # parent -> the linked documents this load carries
         for item in batch:
             try:
                 doc = self.connector.load(item)
@@ -229,6 +295,11 @@ class Syncer:
                     job_ids += [answer.job_id] if answer.job_id else []
                     report.warnings |= {w.external_id: f"{w.code}: {w.message}" for w in answer.warnings}
                     sent[item.external_id] = item
+                elif isinstance(doc, Linked):
+                    inline.append((item, doc.document))
+                    linked[item.external_id] = [d.external_id for d in doc.linked]
+                    for d in doc.linked:  # under the parent's ACL, whatever the connector gave
+                        inline.append((_child(item, d.external_id), d.model_copy(update={"acl": item.acl})))
                 else:
                     inline.append((item, doc))
             except Exception as exc:  # load's contract: whatever it raises fails this item alone
@@ -253,6 +324,11 @@ class Syncer:
         report.pushed += len(done)
         if not self.wait:
             tick(len(done), 0)
+        for parent in batch:  # what a new version no longer carries goes, once it is in
+            if parent.external_id in done:
+                carried = set(plan.carried.get(parent.external_id, ()))
+                for kid in sorted(carried - set(linked.get(parent.external_id, ()))):
+                    self._delete(kid, report)
 
     def _await(self, job_ids: list[str], report: SyncReport, tick: Progress) -> set[str]:
         failed: set[str] = set()

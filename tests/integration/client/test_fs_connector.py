@@ -287,3 +287,29 @@ def test_groups_sync_incrementally(live_server: LiveServer) -> None:
     with psycopg.connect(live_server.db_url) as conn:
         rows = conn.execute("SELECT principal_id, group_id FROM group_members ORDER BY 1, 2").fetchall()
     assert rows == [("user:ann", "group:eng"), ("user:ann", "group:hr")]
+
+
+def test_acl_map_metadata_and_renames_reach_the_server(live_server: LiveServer, tmp_path: Path) -> None:
+    """An ACL map's metadata edited alone re-sends the file, and the server applies the new
+    metadata without a new version; the same content under a new path carries its new
+    ``path``. Before: the fingerprint ignored the map's metadata and the server kept a
+    document's old metadata whenever its content was unchanged."""
+    root = tmp_path / "share"
+    root.mkdir()
+    (root / "runbook.md").write_text("# Runbook\n\nRestart the ingestion workers after a failover drill.\n")
+    client = Client(live_server.url, live_server.key("ingest"))
+    reader = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    rules = {"*": {"public": True, "metadata": {"team": "sre"}}}
+    connector = FsConnector(root, name="fs-meta", acl_map=_map(tmp_path, rules))
+    assert Syncer(client, connector).run().summary() == _counts(pushed=1)
+
+    def metadata() -> dict:  # type: ignore[type-arg]
+        hits = reader.retrieve("restart the ingestion workers").results
+        assert hits and hits[0].document_external_id == "runbook.md"
+        return dict(hits[0].metadata)
+
+    assert metadata()["team"] == "sre"
+    connector.acl_map = _map(tmp_path, {"*": {"public": True, "metadata": {"team": "platform"}}})
+    assert Syncer(client, connector).run().summary() == _counts(pushed=1)
+    assert metadata()["team"] == "platform" and live_server.versions("runbook.md") == 1
+    assert Syncer(client, connector).run().summary() == _counts(unchanged=1)

@@ -13,12 +13,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
 
 from bench import dovecot as dv
-from ragline_client import Client, DocumentIn, Item, Syncer
+from ragline_client import Client, Item, Linked, Syncer
 from ragline_client.imap_source import ImapConnector
 from tests.integration.client.conftest import CountingTransport, LiveServer
 
@@ -148,11 +149,114 @@ class _KilledAfter(ImapConnector):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.loads, self.after = 0, after
 
-    def load(self, item: Item) -> DocumentIn:
+    def load(self, item: Item) -> Linked:
         self.loads += 1
         if self.loads > self.after:
             raise KeyboardInterrupt
         return super().load(item)
+
+
+def with_attachments() -> bytes:
+    mail = EmailMessage()
+    mail["From"], mail["To"], mail["Subject"] = "Ann <ann@example.com>", "bob@example.com", "Runbooks"
+    mail["Message-ID"] = "<att1@example.com>"
+    mail.set_content("Both runbooks are attached.")
+    runbook = "# Rotating certificates\n\nRenew the wildcard certificate with certbot, then reload nginx.\n"
+    mail.add_attachment(runbook.encode(), maintype="text", subtype="markdown", filename="certs.md")
+    mail.add_attachment(b"\x00\x01\x02", maintype="application", subtype="octet-stream", filename="dump.bin")
+    return mail.as_bytes()
+
+
+def test_attachments_are_linked_documents(live_server: LiveServer, server: dv.Dovecot) -> None:
+    """An attachment of a parsed type is a document of its own, linked to its message by
+    ``parent_external_id``, read by whoever reads the message, following the folder's ACL
+    changes and deleted with the message; one of another type is listed as skipped."""
+    imap = login(server, "ann")
+    imap.delete('"Att"')
+    assert imap.create('"Att"')[0] == "OK"
+    imap.append('"Att"', None, None, with_attachments())
+    assert imap.setacl('"Att"', "bob", "lr")[0] == "OK"
+    transport = CountingTransport()
+    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
+    bob = Client(live_server.url, live_server.key("query", principal="user:bob"))
+    ann = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    conn = connector(server, "imap-att")
+
+    def att() -> list[str]:  # ann's other folders (earlier tests) sync too: count this one's
+        return sorted(i for i in client.connector_state("imap-att").documents if "/Att;" in i)
+
+    first = Syncer(client, conn).run()
+    assert first.failed == 0 and len(att()) == 2, first.errors  # the message and certs.md
+    hit = next(
+        r
+        for r in bob.retrieve("renew the wildcard certificate certbot").results
+        if "Att" in r.document_external_id
+    )
+    message_id = hit.metadata["parent_external_id"]
+    assert hit.document_external_id == f"{message_id}#attachment=1" and hit.title == "certs.md"
+    assert hit.metadata["message_id"] == "<att1@example.com>" and hit.metadata["folder"] == "Att"
+    parent = next(
+        r for r in ann.retrieve("both runbooks are attached").results if r.document_external_id == message_id
+    )
+    assert parent.metadata["attachments"] == "certs.md"
+    assert "dump.bin (application/octet-stream)" in str(parent.metadata["attachments_skipped"])
+
+    transport.sent.clear()
+    again = Syncer(client, conn).run()
+    assert (again.pushed, again.deleted) == (0, 0) and transport.writes() == []
+
+    assert imap.deleteacl('"Att"', "bob")[0] == "OK"  # the folder's ACL reaches the attachment too
+    acl = Syncer(client, conn).run()
+    assert (acl.acl_updated, acl.pushed) == (2, 0)  # the message and its attachment
+    assert not any("Att" in i for i in ids(bob, "renew the wildcard certificate certbot"))
+    assert any("Att" in i for i in ids(ann, "renew the wildcard certificate certbot"))
+
+    imap.select('"Att"')
+    imap.uid("STORE", "1", "+FLAGS", "(\\Deleted)")
+    imap.expunge()
+    gone = Syncer(client, conn).run()
+    assert (gone.deleted, gone.pushed) == (2, 0)  # the message and its attachment
+    assert att() == []
+    assert not any("Att" in i for i in ids(ann, "renew the wildcard certificate certbot"))
+    conn.close()
+    imap.logout()
+
+
+def test_condstore_skips_unchanged_folders(live_server: LiveServer, server: dv.Dovecot) -> None:
+    """With CONDSTORE (Dovecot offers it) a folder whose HIGHESTMODSEQ, UIDNEXT, message count
+    and ACL match the cursor is not listed at all; a new message, an expunge, a flag change
+    or an ACL change lists it again."""
+    imap = mailbox(server, "Cond")
+    client = Client(live_server.url, live_server.key("ingest"))
+    conn = connector(server, "imap-cond")
+    first = Syncer(client, conn).run()
+    assert conn.condstore and "Cond" in conn.searched and first.failed == 0
+    recorded = len(client.connector_state("imap-cond").documents)
+
+    quiet = Syncer(client, conn).run()
+    assert conn.searched == [] and (quiet.pushed, quiet.deleted, quiet.unchanged) == (0, 0, recorded)
+
+    imap.append('"Cond"', None, None, message("Pager", "Acknowledge the page within five minutes.", mid="c3"))
+    new = Syncer(client, conn).run()
+    assert conn.searched == ["Cond"] and (new.pushed, new.deleted) == (1, 0)
+    assert Syncer(client, conn).run().pushed == 0 and conn.searched == []
+
+    imap.select('"Cond"')
+    imap.uid("STORE", "1", "+FLAGS", "(\\Seen)")  # a flag moves HIGHESTMODSEQ: listed, nothing sent
+    seen = Syncer(client, conn).run()
+    assert conn.searched == ["Cond"] and (seen.pushed, seen.deleted) == (0, 0)
+
+    imap.uid("STORE", "2", "+FLAGS", "(\\Deleted)")
+    imap.expunge()
+    gone = Syncer(client, conn).run()
+    assert conn.searched == ["Cond"] and gone.deleted == 1
+
+    assert imap.deleteacl('"Cond"', "bob")[0] == "OK"
+    acl = Syncer(client, conn).run()
+    assert conn.searched == ["Cond"] and acl.acl_updated == 2
+    assert Syncer(client, conn).run().acl_updated == 0 and conn.searched == []
+    conn.close()
+    imap.logout()
 
 
 def test_killed_sync_resumes(live_server: LiveServer, server: dv.Dovecot) -> None:
