@@ -18,6 +18,7 @@ refused one by one (:class:`Refusal`), and it may delete or re-ACL only its own 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -184,6 +185,8 @@ def push(
     Raises:
         QueueFullError: the tenant's queue is full (see :class:`QueuePolicy`).
     """
+    if connector is not None:
+        items = [dataclasses.replace(i, connector=connector) for i in items]
     with conn.transaction():
         refused = _refuse_foreign(conn, tenant_id, connector, items)
         accepted = [i for i in items if i.external_id not in refused]

@@ -170,7 +170,7 @@ def push_documents(
             conn,
             caller=Caller(principal.principal_id, "api"),
             tenant_id=principal.tenant_id,
-            items=[dataclasses.replace(item, connector=connector) for item in items],
+            items=items,
             connector=connector,
             policy=queue_policy(settings),
             runner=runner,
