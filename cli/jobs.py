@@ -11,14 +11,16 @@ from typing import Any
 
 import psycopg
 
-from catalog.jobs import NewItem
 from cli.output import add_json_flag, operator, print_json, print_rows
 from cli.selection import add_file_flags, file_filter, name_list, skipped_lines
-from core.errors import InvalidInputError
+from core.errors import ConflictError, InvalidInputError, NotFoundError
 from core.records import Acl
 from core.settings import Settings, get_settings
 from core.validation import acl_principal, metadata_pair
 from ingest.files import MIME_BY_SUFFIX, walk
+from services import jobs as jobs_service
+from services.caller import Caller
+from services.ingest import NewItem, ingest_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -129,10 +131,7 @@ def _url(settings: Settings) -> str:
 
 def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str | None]:
     """Create the job and run it here; returns (job id, final state)."""
-    import psycopg
-
     from core.progress import Progress
-    from jobs.operations import queue_ingest
     from wiring import make_runner
 
     url = _url(settings)
@@ -140,14 +139,7 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
     if not items:
         raise InvalidInputError(f"no file to ingest under {', '.join(str(p) for p in args.paths)}")
     with psycopg.connect(url) as conn:
-        job_id = queue_ingest(
-            conn,
-            tenant_id=args.tenant,
-            actor=operator(),
-            via="cli",
-            items=items,
-            params={"paths": [str(p) for p in args.paths]},
-        ).job_id
+        job_id = ingest_path(conn, caller=_caller(), tenant_id=args.tenant, items=items, paths=args.paths)
     print(f"job {job_id}: {len(items)} documents", file=sys.stderr)
     runner = make_runner(settings, url, use_ray=not args.no_ray)
     progress = Progress(len(items))
@@ -156,6 +148,10 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
     finally:
         progress.close()
     return str(job_id), state
+
+
+def _caller() -> Caller:
+    return Caller(operator(), "cli")
 
 
 def _ingest(args: argparse.Namespace) -> int:
@@ -168,12 +164,8 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _jobs_list(args: argparse.Namespace) -> int:
-    import psycopg
-
-    from catalog import jobs as jobs_repo
-
     with psycopg.connect(_url(get_settings())) as conn:
-        jobs = jobs_repo.list_jobs(conn, tenant_id=args.tenant, state=args.state)
+        jobs = jobs_service.list_jobs(conn, tenant_id=args.tenant, state=args.state)
     rows = [
         {
             "job_id": str(j.job_id),
@@ -205,22 +197,15 @@ def _jobs_list(args: argparse.Namespace) -> int:
 
 
 def _jobs_show(args: argparse.Namespace) -> int:
-    import psycopg
-
     from api.routes.jobs import job_out
-    from catalog import jobs as jobs_repo
 
-    with psycopg.connect(_url(get_settings())) as conn:
-        job = jobs_repo.get_job(conn, job_id=args.job_id)
-        if job is None:
-            print(f"ragline: no job {args.job_id}", file=sys.stderr)
-            return 1
-        out = job_out(
-            job,
-            jobs_repo.items(conn, job_id=args.job_id, state="failed"),
-            jobs_repo.warned_items(conn, job_id=args.job_id),
-        )
-    body = out.model_dump(mode="json")
+    try:
+        with psycopg.connect(_url(get_settings())) as conn:
+            detail = jobs_service.get_job(conn, job_id=args.job_id, tenant_id=None)
+    except NotFoundError as exc:
+        print(f"ragline: {exc.message}", file=sys.stderr)
+        return 1
+    body = job_out(detail.job, detail.failed, detail.warned).model_dump(mode="json")
     if args.json:
         print_json(body)
         return 0
@@ -244,58 +229,49 @@ def _jobs_show(args: argparse.Namespace) -> int:
 def _jobs_resume(args: argparse.Namespace) -> int:
     """Finish a job whose process died, or run a cancelled or failed one again (the API's
     rule, ``reopen_job``): only items that never ran are done now."""
-    import psycopg
-
-    from catalog import jobs as jobs_repo
-    from core.progress import Progress
-    from wiring import make_runner
-
     settings = get_settings()
     with psycopg.connect(_url(settings)) as conn:
-        job = jobs_repo.get_job(conn, job_id=args.job_id)
-        if job is None:
-            print(f"ragline: no job {args.job_id}", file=sys.stderr)
-            return 1
-        if job.kind != "reembed" and job.state in jobs_repo.TERMINAL:
-            reopened = jobs_repo.reopen_job(conn, job_id=args.job_id, tenant_id=None)
-            if reopened is None:
-                left = f"ragline: job {args.job_id} is {job.state} and has no items left to run"
-                print(left, file=sys.stderr)
-                return 1
-            job = reopened
+        job = jobs_service.find_job(conn, job_id=args.job_id, tenant_id=None)
+    if job is None:
+        print(f"ragline: no job {args.job_id}", file=sys.stderr)
+        return 1
     if job.kind == "reembed":  # a model migration resumes its backfill
         from cli.reembed import run_job
 
         state = run_job(settings, _url(settings), str(args.job_id), use_ray=None, force_claim=True)
-        print(state or "not resumable (finished, or held by a live worker)")
-        return 0 if state else 1
-    runner = make_runner(settings, _url(settings))
-    # The whole job's count, starting where earlier runs stopped; rate and ETA are this run's.
-    progress = Progress(job.documents_total, done=job.documents_done)
-    try:
-        state = runner.run_job(args.job_id, on_progress=progress, force=True)
-    finally:
-        progress.close()
-    if state is not None:
-        from jobs.operations import record_resume
-
-        with psycopg.connect(_url(settings)) as conn:
-            resumed = jobs_repo.get_job(conn, job_id=args.job_id)
-            if resumed is not None:
-                record_resume(conn, resumed, actor=operator(), via="cli")
+    else:
+        try:
+            state = _resume_here(settings, args.job_id)
+        except (NotFoundError, ConflictError) as exc:
+            print(f"ragline: {exc.message}", file=sys.stderr)
+            return 1
     print(state or "not resumable (finished, or held by a live worker)")
     return 0 if state else 1
 
 
+def _resume_here(settings: Settings, job_id: uuid.UUID) -> str | None:
+    from core.progress import Progress
+    from wiring import make_runner
+
+    def run(job: jobs_service.JobRow) -> str | None:
+        runner = make_runner(settings, _url(settings))
+        # The whole job's count, starting where earlier runs stopped; rate and ETA are this run's.
+        progress = Progress(job.documents_total, done=job.documents_done)
+        try:
+            return runner.run_job(job_id, on_progress=progress, force=True)
+        finally:
+            progress.close()
+
+    with psycopg.connect(_url(settings)) as conn:
+        return jobs_service.resume_here(conn, caller=_caller(), job_id=job_id, run=run)
+
+
 def _jobs_cancel(args: argparse.Namespace) -> int:
-    import psycopg
-
-    from jobs.operations import cancel
-
-    with psycopg.connect(_url(get_settings())) as conn:
-        job = cancel(conn, job_id=args.job_id, tenant_id=None, actor=operator(), via="cli")
-    if job is None:
-        print(f"ragline: no job {args.job_id}", file=sys.stderr)
+    try:
+        with psycopg.connect(_url(get_settings())) as conn:
+            job = jobs_service.cancel(conn, caller=_caller(), job_id=args.job_id, tenant_id=None)
+    except NotFoundError as exc:
+        print(f"ragline: {exc.message}", file=sys.stderr)
         return 1
     print(f"cancel requested: job {job.job_id} is {job.state}")
     return 0

@@ -7,8 +7,8 @@ from index.embedder import Embedder
 from ingest.isolation import IsolationConfig
 from ingest.ocr import OcrOptions
 from ingest.pipeline import ChunkingConfig
-from jobs.operations import QueuePolicy
 from jobs.runner import IngestRunner, RunnerConfig
+from services.ingest import QueuePolicy
 from wiring.embedding import embedding_spec
 from wiring.index import LIVE_ALIAS
 

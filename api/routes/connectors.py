@@ -16,8 +16,8 @@ from api.schemas import (
     LimitsOut,
     MeOut,
 )
-from catalog import audit
-from catalog import connectors as repo
+from services import connectors as service
+from services.caller import Caller
 
 router = APIRouter(prefix="/v1", tags=["connectors"])
 
@@ -48,7 +48,7 @@ def me(principal: PrincipalDep, settings: SettingsDep) -> MeOut:
 def get_state(connector: ConnectorPath, principal: IngestPrincipal, pool: PoolDep) -> ConnectorStateOut:
     """The connector's cursor and fingerprints in the key's tenant; empty if it never saved."""
     with pool.connection() as conn:
-        state = repo.get_state(conn, tenant_id=principal.tenant_id, connector=connector)
+        state = service.get_state(conn, tenant_id=principal.tenant_id, connector=connector)
     return ConnectorStateOut(
         connector=state.connector,
         tenant_id=state.tenant_id,
@@ -68,7 +68,7 @@ def patch_state(
     connector: ConnectorPath, body: ConnectorStateUpdate, principal: IngestPrincipal, pool: PoolDep
 ) -> ConnectorStateSaved:
     """Merge fingerprints in or out and move the cursor (omitted or null: left as it is)."""
-    change = repo.StateChange(
+    change = service.StateChange(
         cursor=body.cursor,
         set_documents=body.set_documents,
         remove_documents=body.remove_documents,
@@ -76,21 +76,12 @@ def patch_state(
         remove_groups=body.remove_groups,
     )
     with pool.connection() as conn:
-        saved = repo.merge_state(conn, tenant_id=principal.tenant_id, connector=connector, change=change)
-        audit.record(
+        saved = service.save_state(
             conn,
-            actor=principal.principal_id,
-            action="connector.state",
+            caller=Caller(principal.principal_id, "api"),
             tenant_id=principal.tenant_id,
-            target=connector,
-            details={
-                "cursor": body.cursor is not None,
-                "set_documents": len(body.set_documents or {}),
-                "remove_documents": len(body.remove_documents or []),
-                "set_groups": len(body.set_groups or {}),
-                "remove_groups": len(body.remove_groups or []),
-                "via": "api",
-            },
+            connector=connector,
+            change=change,
         )
     return ConnectorStateSaved(
         connector=saved.connector,
@@ -109,14 +100,11 @@ def patch_state(
 def reset_state(connector: ConnectorPath, principal: IngestPrincipal, pool: PoolDep) -> ConnectorStateOut:
     """Forget the connector's state, so its next run sends everything again."""
     with pool.connection() as conn:
-        had = repo.reset_state(conn, tenant_id=principal.tenant_id, connector=connector)
-        audit.record(
+        service.reset_state(
             conn,
-            actor=principal.principal_id,
-            action="connector.reset",
+            caller=Caller(principal.principal_id, "api"),
             tenant_id=principal.tenant_id,
-            target=connector,
-            details={"had_state": had, "via": "api"},
+            connector=connector,
         )
     return ConnectorStateOut(
         connector=connector,

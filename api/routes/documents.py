@@ -6,13 +6,13 @@ import dataclasses
 import shutil
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Query, Request, UploadFile, status
+from fastapi import APIRouter, File, Form, Query, UploadFile, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.deps import AdmittedIngest, IngestPrincipal, PoolDep, SettingsDep
+from api.deps import AdmittedIngest, IngestPrincipal, PoolDep, RunnerDep, SettingsDep
 from api.errors import error_responses
 from api.routes.connectors import CONNECTOR_NAME
 from api.schemas import (
@@ -27,14 +27,14 @@ from api.schemas import (
     PushWarning,
     Rejection,
 )
-from catalog import audit
-from catalog import documents as docs_repo
-from catalog import jobs as jobs_repo
 from core import validation
 from core.errors import BatchRejectedError, InvalidInputError, PayloadTooLargeError, UnsupportedTypeError
 from core.records import Acl
+from core.settings import Settings
 from ingest.parse import detect_mime
-from jobs.operations import queue_ingest
+from services import ingest as service
+from services.caller import Caller
+from services.ingest import NewItem
 from wiring import queue_policy
 
 router = APIRouter(prefix="/v1", tags=["documents"])
@@ -52,8 +52,8 @@ ConnectorQuery = Annotated[
 ]
 
 
-def _validate_items(raw: list[object], limit: int) -> tuple[list[jobs_repo.NewItem], list[Rejection]]:
-    items: list[jobs_repo.NewItem] = []
+def _validate_items(raw: list[object], limit: int) -> tuple[list[NewItem], list[Rejection]]:
+    items: list[NewItem] = []
     rejections: list[Rejection] = []
     seen: set[str] = set()
     for index, entry in enumerate(raw):
@@ -108,8 +108,8 @@ def unsupported_type_message(mime: object) -> str:
     return f"unsupported type {shown!r}: the server parses {', '.join(MIME_TYPES)}"
 
 
-def _new_item(doc: DocumentIn, content: bytes, connector: str | None) -> jobs_repo.NewItem:
-    return jobs_repo.NewItem(
+def _new_item(doc: DocumentIn, content: bytes, connector: str | None) -> NewItem:
+    return NewItem(
         external_id=doc.external_id,
         mime_type=doc.effective_mime,
         title=doc.title,
@@ -121,29 +121,11 @@ def _new_item(doc: DocumentIn, content: bytes, connector: str | None) -> jobs_re
     )
 
 
-def _refuse_foreign(
-    pool: Any, tenant_id: str, connector: str | None, items: list[jobs_repo.NewItem]
-) -> tuple[list[jobs_repo.NewItem], dict[str, Rejection]]:
-    """Split off the items another connector owns (the job checks again under the row lock)."""
-    if connector is None or not items:
-        return items, {}
-    with pool.connection() as conn:
-        foreign = docs_repo.foreign_documents(
-            conn, tenant_id=tenant_id, external_ids=[i.external_id for i in items], connector=connector
-        )
-    refused = {
-        ext: Rejection(
-            index=-1,
-            external_id=ext,
-            code=docs_repo.FOREIGN_CODE,
-            message=docs_repo.foreign_message(ext, owner),
-        )
-        for ext, owner in foreign.items()
-    }
-    return [i for i in items if i.external_id not in refused], refused
+def _rejection_of(refusal: service.Refusal, index: int) -> Rejection:
+    return Rejection(index=index, external_id=refusal.external_id, code=refusal.code, message=refusal.message)
 
 
-def _no_reader_warnings(indexed: list[tuple[int, jobs_repo.NewItem]]) -> list[PushWarning]:
+def _no_reader_warnings(indexed: list[tuple[int, NewItem]]) -> list[PushWarning]:
     return [
         PushWarning(
             index=index,
@@ -157,18 +139,6 @@ def _no_reader_warnings(indexed: list[tuple[int, jobs_repo.NewItem]]) -> list[Pu
     ]
 
 
-def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list[jobs_repo.NewItem]) -> str:
-    policy = queue_policy(request.app.state.settings)
-    with pool.connection() as conn:
-        job_id = queue_ingest(
-            conn, tenant_id=tenant_id, actor=actor, via="api", items=items, policy=policy
-        ).job_id
-    runner = getattr(request.app.state, "runner", None)
-    if runner is not None:
-        runner.submit(job_id)
-    return str(job_id)
-
-
 @router.post(
     "/documents",
     status_code=status.HTTP_202_ACCEPTED,
@@ -177,10 +147,10 @@ def _submit(request: Request, pool: Any, tenant_id: str, actor: str, items: list
 )
 def push_documents(
     body: PushRequest,
-    request: Request,
     principal: AdmittedIngest,
     pool: PoolDep,
     settings: SettingsDep,
+    runner: RunnerDep,
     connector: ConnectorQuery = None,
 ) -> PushResponse:
     """Queue a batch; invalid items are rejected one by one, the rest go into one job.
@@ -193,20 +163,34 @@ def push_documents(
     items, rejections = _validate_items(body.documents, settings.api.max_body_bytes)
     rejected = {r.index for r in rejections}
     indexed = list(zip((i for i in range(len(body.documents)) if i not in rejected), items, strict=True))
-    items = [dataclasses.replace(item, connector=connector) for item in items]
-    items, refused = _refuse_foreign(pool, principal.tenant_id, connector, items)
-    for index, item in indexed:
-        if item.external_id in refused:
-            rejections.append(refused[item.external_id].model_copy(update={"index": index}))
-    rejections.sort(key=lambda r: r.index)
     if not items:
-        raise BatchRejectedError(
-            f"all {len(rejections)} documents were rejected",
-            rejections=[r.model_dump() for r in rejections],
+        raise _all_rejected(rejections)
+    with pool.connection() as conn:
+        pushed = service.push(
+            conn,
+            caller=Caller(principal.principal_id, "api"),
+            tenant_id=principal.tenant_id,
+            items=items,
+            connector=connector,
+            policy=queue_policy(settings),
+            runner=runner,
         )
-    job_id = _submit(request, pool, principal.tenant_id, principal.principal_id, items)
-    warnings = _no_reader_warnings([(i, it) for i, it in indexed if it.external_id not in refused])
-    return PushResponse(job_id=job_id, accepted=len(items), rejections=rejections, warnings=warnings)
+    rejections += [
+        _rejection_of(pushed.refused[i.external_id], n) for n, i in indexed if i.external_id in pushed.refused
+    ]
+    rejections.sort(key=lambda r: r.index)
+    if pushed.job_id is None:
+        raise _all_rejected(rejections)
+    warnings = _no_reader_warnings([(n, i) for n, i in indexed if i.external_id not in pushed.refused])
+    return PushResponse(
+        job_id=str(pushed.job_id), accepted=len(pushed.accepted), rejections=rejections, warnings=warnings
+    )
+
+
+def _all_rejected(rejections: list[Rejection]) -> BatchRejectedError:
+    return BatchRejectedError(
+        f"all {len(rejections)} documents were rejected", rejections=[r.model_dump() for r in rejections]
+    )
 
 
 @router.post(
@@ -216,10 +200,10 @@ def push_documents(
     responses=error_responses(400, 401, 403, 429, 413, 422),
 )
 def upload_document(
-    request: Request,
     principal: IngestPrincipal,
     pool: PoolDep,
     settings: SettingsDep,
+    runner: RunnerDep,
     file: Annotated[UploadFile, File()],
     external_id: Annotated[str, Form(min_length=1, max_length=512)],
     mime_type: Annotated[
@@ -240,12 +224,41 @@ def upload_document(
     A type the server does not parse is a 422 ``unsupported_type``."""
     declared = _declared_type(mime_type)
     doc = _upload_fields(external_id=external_id, title=title, metadata=metadata, acl=acl)
+    staged, mime = _stage(file, declared, settings)
+    item = dataclasses.replace(
+        _new_item(doc.model_copy(update={"mime_type": mime}), b"", connector),
+        payload=None,
+        payload_path=str(staged.resolve()),
+        byte_size=staged.stat().st_size,
+    )
+    with pool.connection() as conn:
+        pushed = service.upload(
+            conn,
+            caller=Caller(principal.principal_id, "api"),
+            tenant_id=principal.tenant_id,
+            item=item,
+            connector=connector,
+            policy=queue_policy(settings),
+            runner=runner,
+        )
+    if pushed.job_id is None:
+        raise BatchRejectedError(
+            "the document was rejected",
+            rejections=[_rejection_of(r, 0).model_dump() for r in pushed.refused.values()],
+        )
+    return PushResponse(
+        job_id=str(pushed.job_id), accepted=1, rejections=[], warnings=_no_reader_warnings([(0, item)])
+    )
+
+
+def _stage(file: UploadFile, declared: str | None, settings: Settings) -> tuple[Path, str]:
+    """Copy the upload under the data dir and settle its type; nothing stays staged when the
+    upload is too large or of a type the server does not parse."""
     staged = settings.upload_dir / uuid.uuid4().hex
     staged.parent.mkdir(parents=True, exist_ok=True)
     with staged.open("wb") as out:
         shutil.copyfileobj(file.file, out, length=1024 * 1024)
-    size = staged.stat().st_size
-    if size > settings.api.max_upload_bytes:
+    if staged.stat().st_size > settings.api.max_upload_bytes:
         staged.unlink()
         raise PayloadTooLargeError(f"upload exceeds {settings.api.max_upload_bytes} bytes")
     mime = declared or _detected_type(staged, file)
@@ -254,21 +267,7 @@ def upload_document(
         raise UnsupportedTypeError(
             unsupported_type_message(mime) if mime else "cannot tell the type of the upload: send mime_type"
         )
-    item = dataclasses.replace(
-        _new_item(doc.model_copy(update={"mime_type": mime}), b"", connector),
-        payload=None,
-        payload_path=str(staged.resolve()),
-        byte_size=size,
-    )
-    kept, refused = _refuse_foreign(pool, principal.tenant_id, connector, [item])
-    if not kept:
-        staged.unlink()
-        raise BatchRejectedError(
-            "the document was rejected",
-            rejections=[r.model_copy(update={"index": 0}).model_dump() for r in refused.values()],
-        )
-    job_id = _submit(request, pool, principal.tenant_id, principal.principal_id, [item])
-    return PushResponse(job_id=job_id, accepted=1, rejections=[], warnings=_no_reader_warnings([(0, item)]))
+    return staged, mime
 
 
 def _declared_type(mime_type: str | None) -> str | None:
@@ -320,16 +319,12 @@ def delete_document(
     With ``connector``, only a document that connector wrote (else 409 ``not_owned_by_connector``)."""
     validation.external_id(external_id)
     with pool.connection() as conn:
-        hidden = docs_repo.delete_document(
-            conn, tenant_id=principal.tenant_id, external_id=external_id, connector=connector
-        )
-        audit.record(
+        hidden = service.delete_document(
             conn,
-            actor=principal.principal_id,
-            action="document.delete",
+            caller=Caller(principal.principal_id, "api"),
             tenant_id=principal.tenant_id,
-            target=external_id,
-            details={"chunks": hidden, "via": "api"},
+            external_id=external_id,
+            connector=connector,
         )
     return DocumentDeletedOut(external_id=external_id, deleted=True, chunks_tombstoned=hidden)
 
@@ -349,18 +344,14 @@ def put_acl(
     """Replace a document's ACL; effective for retrieval from this response on. With
     ``connector``, only a document that connector wrote (else 409 ``not_owned_by_connector``)."""
     validation.external_id(external_id)
-    acl = Acl(tuple(body.principals), body.public)
     with pool.connection() as conn:
-        docs_repo.set_acl(
-            conn, tenant_id=principal.tenant_id, external_id=external_id, acl=acl, connector=connector
-        )
-        audit.record(
+        service.set_acl(
             conn,
-            actor=principal.principal_id,
-            action="document.acl",
+            caller=Caller(principal.principal_id, "api"),
             tenant_id=principal.tenant_id,
-            target=external_id,
-            details={"principals": body.principals, "public": body.public, "via": "api"},
+            external_id=external_id,
+            acl=Acl(tuple(body.principals), body.public),
+            connector=connector,
         )
     return DocumentAclOut(
         external_id=external_id, acl=AclView(principals=body.principals, public=body.public)

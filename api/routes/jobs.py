@@ -6,14 +6,13 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
-from api.deps import IngestPrincipal, JobsPrincipal, PoolDep
+from api.deps import IngestPrincipal, JobsPrincipal, PoolDep, RunnerDep
 from api.errors import error_responses
 from api.schemas import ItemError, ItemWarnings, JobDocuments, JobOut, JobThroughput
-from catalog import jobs as jobs_repo
-from core.errors import ConflictError, NotFoundError, UnavailableError
-from jobs import operations
+from services import jobs as service
+from services.caller import Caller
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -22,17 +21,10 @@ JobState = Annotated[
 ]
 
 
-def resumable(job: jobs_repo.JobRow) -> bool:
-    """Whether ``:resume`` would queue the job again (``reopen_job``): an ended ingest job with
-    items that never ran (pending or cancelled ones are not counted as done)."""
-    ended = job.state in ("cancelled", "failed", "partially_failed")
-    return job.kind == "ingest" and ended and job.documents_done < job.documents_total
-
-
 def job_out(
-    job: jobs_repo.JobRow,
-    errors: list[jobs_repo.ItemRow],
-    warned: list[jobs_repo.ItemRow] | None = None,
+    job: service.JobRow,
+    errors: list[service.ItemRow],
+    warned: list[service.ItemRow] | None = None,
 ) -> JobOut:
     """A job as the API shows it: counts, throughput, failed items and items with warnings."""
     end = job.finished_at or datetime.now(UTC)
@@ -43,7 +35,7 @@ def job_out(
     report = job.params.get("report")
     return JobOut(
         cancel_requested=job.cancel_requested,
-        resumable=resumable(job),
+        resumable=service.resumable(job),
         eta_seconds=round(left / per_s, 1) if job.state == "running" and per_s > 0 and left > 0 else None,
         report=dict(report) if isinstance(report, dict) else None,
         job_id=str(job.job_id),
@@ -83,12 +75,8 @@ def job_out(
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=error_responses(401, 403, 429, 404, 422))
 def get_job(job_id: uuid.UUID, principal: JobsPrincipal, pool: PoolDep) -> JobOut:
     with pool.connection() as conn:
-        job = jobs_repo.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
-        if job is None:
-            raise NotFoundError(f"no job {job_id}")
-        failed = jobs_repo.items(conn, job_id=job_id, state="failed")
-        warned = jobs_repo.warned_items(conn, job_id=job_id)
-    return job_out(job, failed, warned)
+        detail = service.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
+    return job_out(detail.job, detail.failed, detail.warned)
 
 
 @router.get("/jobs", response_model=list[JobOut], responses=error_responses(401, 403, 429, 422))
@@ -99,7 +87,7 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[JobOut]:
     with pool.connection() as conn:
-        jobs = jobs_repo.list_jobs(conn, tenant_id=principal.tenant_id, state=state, limit=limit)
+        jobs = service.list_jobs(conn, tenant_id=principal.tenant_id, state=state, limit=limit)
     return [job_out(j, []) for j in jobs]
 
 
@@ -109,11 +97,9 @@ def list_jobs(
 def cancel_job(job_id: uuid.UUID, principal: JobsPrincipal, pool: PoolDep) -> JobOut:
     """Stops a job between batches; items already written stay written."""
     with pool.connection() as conn:
-        job = operations.cancel(
-            conn, job_id=job_id, tenant_id=principal.tenant_id, actor=principal.principal_id, via="api"
+        job = service.cancel(
+            conn, caller=Caller(principal.principal_id, "api"), job_id=job_id, tenant_id=principal.tenant_id
         )
-        if job is None:
-            raise NotFoundError(f"no job {job_id}")
     return job_out(job, [])
 
 
@@ -122,19 +108,14 @@ def cancel_job(job_id: uuid.UUID, principal: JobsPrincipal, pool: PoolDep) -> Jo
     response_model=JobOut,
     responses=error_responses(401, 403, 429, 404, 409, 422, 503),
 )
-def resume_job(job_id: uuid.UUID, request: Request, principal: IngestPrincipal, pool: PoolDep) -> JobOut:
+def resume_job(job_id: uuid.UUID, principal: IngestPrincipal, pool: PoolDep, runner: RunnerDep) -> JobOut:
     """Queue a cancelled or unfinished job again: only its items that never ran are done now."""
-    runner = getattr(request.app.state, "runner", None)
     with pool.connection() as conn:
-        job = jobs_repo.get_job(conn, job_id=job_id, tenant_id=principal.tenant_id)
-        if job is None:
-            raise NotFoundError(f"no job {job_id}")
-        if runner is None:
-            raise UnavailableError("the ingestion runner is not running")
-        reopened = operations.reopen(
-            conn, job_id=job_id, tenant_id=principal.tenant_id, actor=principal.principal_id, via="api"
+        job = service.resume(
+            conn,
+            caller=Caller(principal.principal_id, "api"),
+            job_id=job_id,
+            tenant_id=principal.tenant_id,
+            runner=runner,
         )
-        if reopened is None:
-            raise ConflictError(f"job {job_id} is {job.state} and has no items left to run")
-    runner.submit(job_id)
-    return job_out(reopened, [])
+    return job_out(job, [])
