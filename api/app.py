@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
@@ -51,7 +51,38 @@ def create_app(
     url = database_url or settings.database_url
     if url is None:
         raise ValueError("create_app needs a database URL (settings.database_url or database_url=)")
-    service_hooks = hooks if hooks is not None else default_hooks()
+    app = FastAPI(
+        title="ragline",
+        version="0.1.0",
+        lifespan=_lifespan(settings, url, hooks if hooks is not None else default_hooks()),
+        docs_url=None,
+        redoc_url=None,
+        responses=error_responses(*APP_ERRORS),
+        # Path and query parameters under the text rule of bodies, on every route.
+        dependencies=[Depends(checked_parameters)],
+        # FastAPI's own OpenTelemetry spans, metrics and logs are off: they would record
+        # whenever the process has a provider, whatever ragline's setting, and carry the raw
+        # path and query string. Ragline's server span (api.middleware.TracingMiddleware)
+        # records the route template and status only.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
+    )
+    install_docs(app)
+    app.state.settings = settings
+    app.state.database_url = url
+    install_error_handlers(app)
+    app.state.limiter = KeyLimiter(key_limits(settings))
+    # The shared gate is entered by the expensive routes' dependencies (api.deps), after the
+    # key's own limits; the middleware gives every request its deadline.
+    app.state.gate = build_gate(admission_limits(settings))
+    _install_middleware(app, settings)
+    _include_routers(app, settings)
+    return app
+
+
+def _lifespan(
+    settings: Settings, url: str, hooks: list[ServiceHook]
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start-up and shutdown: migrations, pools, authenticators, the observer, then the hooks."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -72,7 +103,7 @@ def create_app(
             ),
             probe,
         )
-        closers = [hook(app, settings) for hook in service_hooks]
+        closers = [hook(app, settings) for hook in hooks]
         log.info("ragline API ready")
         try:
             yield
@@ -82,29 +113,11 @@ def create_app(
             probe.close()
             pools.close()
 
-    app = FastAPI(
-        title="ragline",
-        version="0.1.0",
-        lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
-        responses=error_responses(*APP_ERRORS),
-        # Path and query parameters under the text rule of bodies, on every route.
-        dependencies=[Depends(checked_parameters)],
-        # FastAPI's own OpenTelemetry spans, metrics and logs are off: they would record
-        # whenever the process has a provider, whatever ragline's setting, and carry the raw
-        # path and query string. Ragline's server span (api.middleware.TracingMiddleware)
-        # records the route template and status only.
-        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
-    )
-    install_docs(app)
-    app.state.settings = settings
-    app.state.database_url = url
-    install_error_handlers(app)
-    app.state.limiter = KeyLimiter(key_limits(settings))
-    # The shared gate is entered by the expensive routes' dependencies (api.deps), after the
-    # key's own limits; the middleware gives every request its deadline.
-    app.state.gate = build_gate(admission_limits(settings))
+    return lifespan
+
+
+def _install_middleware(app: FastAPI, settings: Settings) -> None:
+    """The middleware stack, innermost first: each ``add_middleware`` wraps the ones before."""
     # Inside the request context (the deadline answer carries the request id), outside the routes.
     app.add_middleware(AdmissionMiddleware, limits=admission_limits(settings))
     app.add_middleware(RequestContextMiddleware, limit_for=body_limit(settings))
@@ -113,18 +126,17 @@ def create_app(
     if settings.metrics.enabled:
         app.add_middleware(MetricsMiddleware)  # outermost: times the whole request
         app.include_router(metrics_router(app))
-    app.include_router(health.router)
-    app.include_router(admin.router)
-    app.include_router(fusion.router)
-    app.include_router(feedback.router)
-    app.include_router(connectors.router)
+
+
+def _include_routers(app: FastAPI, settings: Settings) -> None:
+    for router in (health.router, admin.router, fusion.router, feedback.router, connectors.router):
+        app.include_router(router)
     for router in extra_routers(retrieve_limits(settings)):
         app.include_router(router)
     if settings.console.enabled:
         from api.routes import console
 
         app.include_router(console.build_router())
-    return app
 
 
 def default_hooks() -> list[ServiceHook]:
