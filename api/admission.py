@@ -30,7 +30,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -38,6 +37,7 @@ from api.errors import RETRY_AFTER_SECONDS
 from api.middleware import error_body, send_error
 from core import metrics
 from core.context import deadline_var, request_id_var
+from core.limits import AdmissionLimits
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +45,6 @@ log = logging.getLogger(__name__)
 # take a busy replica out of rotation and move its load to the others).
 _NO_DEADLINE = frozenset({"/healthz", "/readyz", "/metrics", "/v1/documents:upload"})
 _NO_DEADLINE_PREFIXES = ("/v1/admin/index",)  # rebuild, swap, GC, quality: operator work
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionLimits:
-    max_inflight: int  # 0: no admission control
-    max_queued: int
-    queue_timeout_s: float
-    request_timeout_s: float
-    tenant_weights: Mapping[str, float] = field(default_factory=dict)  # absent tenants weigh 1
 
 
 class Shed(Exception):

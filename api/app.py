@@ -9,24 +9,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from api.admission import AdmissionLimits, AdmissionMiddleware, build_gate
+from api.admission import AdmissionMiddleware, build_gate
 from api.deps import checked_parameters
 from api.docs import install_docs
 from api.errors import APP_ERRORS, error_responses, install_error_handlers
-from api.limits import KeyLimiter, KeyLimits
+from api.limits import KeyLimiter
 from api.metrics import MetricsMiddleware, metrics_router
 from api.middleware import RequestContextMiddleware, TracingMiddleware
 from api.observe import ChangeVisibilityProbe, ObserveConfig, RetrieveObserver
 from api.routes import admin, connectors, feedback, fusion, health
-from api.schemas import RetrieveLimits
-from authz.principals import KeyAuthenticator
-from catalog.db import apply_migrations, open_pool
+from catalog.db import apply_migrations
+from core.limits import RetrieveLimits
 from core.logging import configure_logging
 from core.settings import Settings
+from wiring.api import (
+    admission_limits,
+    body_limit,
+    key_authenticator,
+    key_limits,
+    open_api_pools,
+    retrieve_limits,
+)
 from wiring.oidc import jwt_authenticator
 from wiring.tracing import configure_tracing
 
@@ -37,46 +44,6 @@ log = logging.getLogger(__name__)
 ServiceHook = Callable[[FastAPI, Settings], Callable[[], None]]
 
 
-def _upload_aware_limit(settings: Settings) -> Callable[[str], int]:
-    def limit_for(path: str) -> int:
-        if path.endswith("documents:upload"):
-            return settings.api.max_upload_bytes
-        return settings.api.max_body_bytes
-
-    return limit_for
-
-
-def retrieve_limits(settings: Settings) -> RetrieveLimits:
-    """The request limits of ``/v1/retrieve``, from the one place their defaults live."""
-    return RetrieveLimits(
-        max_top_k=settings.api.max_top_k,
-        default_top_k=settings.api.default_top_k,
-        max_query_chars=settings.api.max_query_chars,
-        default_context_tokens=settings.retrieve.default_context_tokens,
-        max_context_tokens=settings.retrieve.max_context_tokens,
-    )
-
-
-def key_limits(settings: Settings) -> KeyLimits:
-    """Per-key request limits, from the one place their defaults live."""
-    lim = settings.limits
-    return KeyLimits(
-        rate_per_s=lim.rate_per_key, burst=lim.burst_per_key, concurrency=lim.concurrency_per_key
-    )
-
-
-def admission_limits(settings: Settings) -> AdmissionLimits:
-    """Admission control and the request deadline, from the one place their defaults live."""
-    api = settings.api
-    return AdmissionLimits(
-        max_inflight=api.max_inflight,
-        max_queued=api.max_queued,
-        queue_timeout_s=api.queue_timeout_ms / 1000,
-        request_timeout_s=api.request_timeout_ms / 1000,
-        tenant_weights=dict(settings.admission.tenant_weights),
-    )
-
-
 def create_app(
     settings: Settings, *, database_url: str | None = None, hooks: list[ServiceHook] | None = None
 ) -> FastAPI:
@@ -84,56 +51,10 @@ def create_app(
     url = database_url or settings.database_url
     if url is None:
         raise ValueError("create_app needs a database URL (settings.database_url or database_url=)")
-    service_hooks = hooks if hooks is not None else default_hooks()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        configure_logging(settings.log_level)
-        apply_migrations(url)
-        # Waits for a connection end by the request's deadline. Only the read pool bounds its
-        # statements (at 80% of the deadline, so a stuck read ends in a 503 of its own and frees
-        # its worker): the main pool also serves the index watcher, whose catch-up reads of a
-        # large corpus may take longer than any request may.
-        deadline_s = settings.api.request_timeout_ms / 1000
-        app.state.pool = open_pool(url, size=settings.db_pool_size, timeout_s=deadline_s)
-        # Single-statement reads of the query path (groups, catalog position, result details).
-        app.state.read_pool = open_pool(
-            url,
-            size=settings.db_pool_size,
-            name="ragline-read",
-            autocommit=True,
-            min_size=2,
-            timeout_s=deadline_s,
-            statement_timeout_ms=settings.api.request_timeout_ms * 4 // 5,
-        )
-        app.state.auth = KeyAuthenticator(
-            app.state.pool, read_pool=app.state.read_pool, ttl_seconds=settings.api.key_cache_seconds
-        )
-        app.state.jwt_auth = jwt_authenticator(settings.oidc)
-        probe = ChangeVisibilityProbe(app.state.read_pool)
-        probe.start()
-        app.state.observer = RetrieveObserver(
-            ObserveConfig(
-                tenant_labels=settings.metrics.tenant_labels,
-                store_query_text=settings.audit.store_query_text,
-            ),
-            probe,
-        )
-        closers = [hook(app, settings) for hook in service_hooks]
-        log.info("ragline API ready")
-        try:
-            yield
-        finally:
-            for close in reversed(closers):
-                close()
-            probe.close()
-            app.state.read_pool.close()
-            app.state.pool.close()
-
     app = FastAPI(
         title="ragline",
         version="0.1.0",
-        lifespan=lifespan,
+        lifespan=_lifespan(settings, url, hooks if hooks is not None else default_hooks()),
         docs_url=None,
         redoc_url=None,
         responses=error_responses(*APP_ERRORS),
@@ -153,26 +74,69 @@ def create_app(
     # The shared gate is entered by the expensive routes' dependencies (api.deps), after the
     # key's own limits; the middleware gives every request its deadline.
     app.state.gate = build_gate(admission_limits(settings))
+    _install_middleware(app, settings)
+    _include_routers(app, settings)
+    return app
+
+
+def _lifespan(
+    settings: Settings, url: str, hooks: list[ServiceHook]
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start-up and shutdown: migrations, pools, authenticators, the observer, then the hooks."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        configure_logging(settings.log_level)
+        apply_migrations(url)
+        pools = open_api_pools(settings, url)
+        app.state.pool = pools.main
+        # Single-statement reads of the query path (groups, catalog position, result details).
+        app.state.read_pool = pools.read
+        app.state.auth = key_authenticator(settings, pools)
+        app.state.jwt_auth = jwt_authenticator(settings.oidc)
+        probe = ChangeVisibilityProbe(app.state.read_pool)
+        probe.start()
+        app.state.observer = RetrieveObserver(
+            ObserveConfig(
+                tenant_labels=settings.metrics.tenant_labels,
+                store_query_text=settings.audit.store_query_text,
+            ),
+            probe,
+        )
+        closers = [hook(app, settings) for hook in hooks]
+        log.info("ragline API ready")
+        try:
+            yield
+        finally:
+            for close in reversed(closers):
+                close()
+            probe.close()
+            pools.close()
+
+    return lifespan
+
+
+def _install_middleware(app: FastAPI, settings: Settings) -> None:
+    """The middleware stack, innermost first: each ``add_middleware`` wraps the ones before."""
     # Inside the request context (the deadline answer carries the request id), outside the routes.
     app.add_middleware(AdmissionMiddleware, limits=admission_limits(settings))
-    app.add_middleware(RequestContextMiddleware, limit_for=_upload_aware_limit(settings))
+    app.add_middleware(RequestContextMiddleware, limit_for=body_limit(settings))
     if configure_tracing(settings):  # off unless configured: then no span, not even a no-op one
         app.add_middleware(TracingMiddleware)
     if settings.metrics.enabled:
         app.add_middleware(MetricsMiddleware)  # outermost: times the whole request
         app.include_router(metrics_router(app))
-    app.include_router(health.router)
-    app.include_router(admin.router)
-    app.include_router(fusion.router)
-    app.include_router(feedback.router)
-    app.include_router(connectors.router)
+
+
+def _include_routers(app: FastAPI, settings: Settings) -> None:
+    for router in (health.router, admin.router, fusion.router, feedback.router, connectors.router):
+        app.include_router(router)
     for router in extra_routers(retrieve_limits(settings)):
         app.include_router(router)
     if settings.console.enabled:
         from api.routes import console
 
         app.include_router(console.build_router())
-    return app
 
 
 def default_hooks() -> list[ServiceHook]:

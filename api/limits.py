@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from limits import RateLimitItemPerSecond
 from limits.storage import MemoryStorage
@@ -22,13 +21,7 @@ from limits.strategies import MovingWindowRateLimiter
 
 from core import metrics
 from core.errors import RateLimitedError
-
-
-@dataclass(frozen=True, slots=True)
-class KeyLimits:
-    rate_per_s: float
-    burst: int
-    concurrency: int
+from core.limits import KeyLimits
 
 
 class KeyLimiter:

@@ -8,11 +8,11 @@ has: the limits that settings hold, which reach the request model through
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import Field, PlainValidator, StrictInt, StringConstraints, create_model
 
+from core.limits import RetrieveLimits
 from core.settings import MIN_CONTEXT_TOKENS
 from ragline_client.models import (
     MIME_TYPES,
@@ -128,17 +128,6 @@ PushedDocument = Annotated[object, PlainValidator(lambda value: value, json_sche
 class PushRequest(Strict):
     PER_ITEM = frozenset({"documents"})
     documents: list[PushedDocument] = Field(min_length=1)
-
-
-@dataclass(frozen=True, slots=True)
-class RetrieveLimits:
-    """The request limits and defaults of ``/v1/retrieve``; the app builds them from settings."""
-
-    max_top_k: int
-    default_top_k: int
-    max_query_chars: int
-    default_context_tokens: int
-    max_context_tokens: int
 
 
 def retrieve_in_model(limits: RetrieveLimits) -> type[RetrieveInBase]:

@@ -228,18 +228,12 @@ def _print_probes(phases: list[ColdPhase], stage: str) -> None:
 
 def _explain_fetch(url: str, rows: list[int]) -> tuple[float, int, int]:
     """EXPLAIN (ANALYZE, BUFFERS) of the details fetch: (ms, shared blocks hit, read)."""
-    import json
-
     import psycopg
 
-    from catalog.serving import DETAILS_SQL
+    from catalog.serving import explain_chunk_details
 
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + DETAILS_SQL, (rows, "bench", ["group:eng"])
-        ).fetchone()
-    assert row is not None
-    plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]
+        plan = explain_chunk_details(conn, rows=rows, tenant_id="bench", readers=["group:eng"])
     top = plan["Plan"]
     return float(plan["Execution Time"]), int(top["Shared Hit Blocks"]), int(top["Shared Read Blocks"])
 
@@ -252,6 +246,7 @@ def explain_main() -> None:
     import numpy as np
     import psycopg
 
+    from catalog.maintenance import max_chunk_row
     from catalog.serving import chunk_positions
     from catalog.warm import prewarm_serving_reads
 
@@ -266,8 +261,7 @@ def explain_main() -> None:
         restart_cold(cluster, [cluster.pgdata, tmp / "indexes"])
         url = cluster.url
         with psycopg.connect(url) as conn:
-            row = conn.execute("SELECT max(chunk_row) FROM chunks").fetchone()
-        n = int(row[0]) if row and row[0] else 0
+            n = max_chunk_row(conn)
 
         def step(name: str) -> list[object]:
             runs = [_explain_fetch(url, rng.integers(1, n + 1, 8).tolist()) for _ in range(args.fetches)]

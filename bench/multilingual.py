@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import print_table
-from bench.metrics import evaluate_run
 from core.beir import load_beir
+from core.ir_metrics import evaluate_run
 from index.bm25_shards import LexicalShard
 from index.tokenize import Tokenizer
 

@@ -41,6 +41,7 @@ from authz.api_keys import create_key
 from bench.common import print_table
 from bench.ingest import _free_port, fresh_database, load_line, machine_line
 from catalog import embedded
+from catalog import jobs as jobs_repo
 from core.settings import Settings
 from index.embedder import Embedder, load_embedder
 
@@ -79,10 +80,15 @@ def _inline_ingest(app: FastAPI, settings: Settings, *, embedder: Embedder) -> C
     return close
 
 
-def _queued_jobs(url: str) -> int:
+def _jobs_in(url: str, *states: str) -> int:
+    """Jobs of any kind in one of ``states`` (all jobs when none is named)."""
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM jobs WHERE state = 'queued'").fetchone()
-    return int(row[0]) if row else 0
+        counts = jobs_repo.count_by_state(conn)
+    return sum(n for (_, state), n in counts.items() if not states or state in states)
+
+
+def _queued_jobs(url: str) -> int:
+    return _jobs_in(url, "queued")
 
 
 def run(
@@ -143,18 +149,15 @@ def run(
         stop.set()
         watcher.join()
     with psycopg.connect(url) as conn:
-        committed = {
-            r[0]: r[1].timestamp()
-            for r in conn.execute("SELECT external_id, finished_at FROM job_items WHERE state = 'succeeded'")
-        }
-        jobs = conn.execute("SELECT count(*) FROM jobs").fetchone()
+        committed = {k: at.timestamp() for k, at in jobs_repo.succeeded_item_times(conn).items()}
+    jobs = _jobs_in(url)
     if len(committed) != len(answered):
         raise SystemExit(f"{name}: {len(committed)} of {len(answered)} accepted documents were written")
     lat = sorted(committed[k] - answered[k] for k in answered)
     return Run(
         name,
         pushes,
-        int(jobs[0]) if jobs else 0,
+        jobs,
         peak,
         statistics.median(lat),
         lat[int(0.95 * (len(lat) - 1))],
@@ -183,9 +186,7 @@ def _wait_searchable(client: TestClient, key: str, query: str, external_id: str)
 def _wait_drained(url: str) -> float:
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        with psycopg.connect(url) as conn:
-            row = conn.execute("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')").fetchone()
-        if row and row[0] == 0:
+        if _jobs_in(url, "queued", "running") == 0:
             return time.time()
         time.sleep(0.2)
     raise SystemExit(f"jobs still queued after {WAIT_S} s")

@@ -49,6 +49,7 @@ from bench.ingest import (
 from catalog import embedded, indexes
 from catalog import jobs as jobs_repo
 from catalog.jobs import NewItem
+from catalog.maintenance import live_leaf_texts
 from catalog.principals import ensure_tenant
 from core.settings import Settings
 from index.embedder import Embedder, load_embedder, resolve_model_path
@@ -92,10 +93,7 @@ def _ingest(settings: Settings, url: str, embedder: Embedder, items: list[NewIte
 
 def _texts(url: str) -> list[str]:
     with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT c.text, c.section_path FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
-            " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0 ORDER BY c.chunk_row"
-        ).fetchall()
+        rows = live_leaf_texts(conn)
     return [lexical_text(t, p) for t, p in rows]
 
 

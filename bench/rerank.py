@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import cast
 
 from bench.common import print_table
-from bench.metrics import ndcg_at_k
 from core.backends import BackendChoice
+from core.ir_metrics import ndcg_at_k
 from rerank import (
     BeirCollection,
     TrainReport,

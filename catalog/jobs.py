@@ -500,6 +500,14 @@ def count_by_state(conn: psycopg.Connection) -> dict[tuple[str, str], int]:
     return {(r[0], r[1]): int(r[2]) for r in rows}
 
 
+def succeeded_item_times(conn: psycopg.Connection) -> dict[str, datetime]:
+    """When each external id's item last succeeded, over every job of every tenant."""
+    rows = conn.execute(
+        "SELECT external_id, finished_at FROM job_items WHERE state = 'succeeded' ORDER BY finished_at"
+    ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
 def item_failures(conn: psycopg.Connection, *, job_id: uuid.UUID) -> dict[str, int]:
     """A job's failed items per error code."""
     rows = conn.execute(

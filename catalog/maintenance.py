@@ -171,3 +171,18 @@ def all_live_leaf_count(conn: psycopg.Connection) -> int:
         " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0"
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def live_leaf_texts(conn: psycopg.Connection) -> list[tuple[str, list[str]]]:
+    """``(text, section_path)`` of every visible leaf chunk of every tenant, in row order."""
+    rows = conn.execute(
+        "SELECT c.text, c.section_path FROM chunks c JOIN documents d ON d.doc_id = c.doc_id"
+        " AND d.current_version = c.version AND d.state = 'active' WHERE c.level = 0 ORDER BY c.chunk_row"
+    ).fetchall()
+    return [(r[0], list(r[1])) for r in rows]
+
+
+def max_chunk_row(conn: psycopg.Connection) -> int:
+    """The highest chunk row ever written (rows are never reused), 0 for an empty catalog."""
+    row = conn.execute("SELECT max(chunk_row) FROM chunks").fetchone()
+    return int(row[0]) if row and row[0] else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,24 @@ def chunk_details(
     with conn.cursor(row_factory=_DETAIL_ROW) as cur:
         found = cur.execute(DETAILS_SQL, (list(rows), tenant_id, list(readers))).fetchall()
     return {d.row: d for d in found}
+
+
+def explain_chunk_details(
+    conn: psycopg.Connection, *, rows: Sequence[int], tenant_id: str, readers: Sequence[str]
+) -> dict[str, Any]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of :func:`chunk_details`: its plan, as PostgreSQL's JSON.
+
+    For the cold-start benchmark (``bench/cold.py``), which compares the buffer hits and reads
+    of this fetch before and after ``catalog.warm``; it runs the fetch for real.
+    """
+    row = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + DETAILS_SQL, (list(rows), tenant_id, list(readers))
+    ).fetchone()
+    if row is None:
+        raise RuntimeError("EXPLAIN returned no plan")
+    plans = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    plan: dict[str, Any] = plans[0]
+    return plan
 
 
 def readable_chunk(

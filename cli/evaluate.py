@@ -63,7 +63,7 @@ def _fusion(args: argparse.Namespace) -> FusionOverride | None:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from bench.eval import evaluate, format_table, write_json
+    from evaluation import evaluate, format_table, write_json
 
     report = evaluate(
         get_settings(),

@@ -1,6 +1,6 @@
 """Reading BEIR-layout test collections: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
 
-Shared by the evaluation harness (``bench/``), the reranker's training data (``rerank/``) and
+Shared by the evaluation harness (``evaluation/``), the reranker's training data (``rerank/``) and
 the migration gate, so it sits in ``core`` where every layer may import it.
 """
 

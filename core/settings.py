@@ -100,7 +100,6 @@ class IngestSettings(Section):
     workers: int = Field(2, ge=1, le=256)
     # Ray parse/chunk actors; raise it on a cluster so parsing spreads over the nodes.
     prepare_workers: int = Field(1, ge=1, le=256)
-    write_batch_chunks: int = Field(512, ge=1)
     # Back-pressure on pushes (a tenant runs one job at a time): a push of fewer documents
     # joins its principal's queued push job up to this many documents (0: each push is its own
     # job), and past max_queued_documents still to do in its jobs a push is answered 429
@@ -392,10 +391,6 @@ class Settings(BaseSettings):
     @property
     def index_dir(self) -> Path:
         return self.data_dir / "indexes"
-
-    @property
-    def pg_dir(self) -> Path:
-        return self.data_dir / "pg"
 
     @property
     def log_dir(self) -> Path:

@@ -45,6 +45,7 @@ from catalog import audit, gate_probes
 from catalog import principals as principals_repo
 from catalog.indexes import VersionRow
 from core.beir import load_beir
+from core.ir_metrics import ndcg_at_k
 from index.builder import load_version
 from index.faiss_shards import exact_search
 from jobs.index_verify import reconcile
@@ -117,12 +118,9 @@ def index_recall(target: VersionRow, *, sample: int, floor: float, seed: int = 0
 
 
 def ndcg_at_10(ranked: Sequence[str], qrels: Mapping[str, int]) -> float:
-    """nDCG@10 with linear gains (Järvelin & Kekäläinen 2002), as trec_eval's ``ndcg_cut.10``."""
-    top = list(dict.fromkeys(ranked))[:K]
-    dcg = math.fsum(max(qrels.get(d, 0), 0) / math.log2(i + 1) for i, d in enumerate(top, 1))
-    ideal = sorted((g for g in qrels.values() if g > 0), reverse=True)[:K]
-    idcg = math.fsum(g / math.log2(i + 1) for i, g in enumerate(ideal, 1))
-    return dcg / idcg if idcg > 0 else 0.0
+    """nDCG@10 with linear gains (Järvelin & Kekäläinen 2002), as trec_eval's ``ndcg_cut.10``:
+    the same definition ``ragline eval`` scores with (``core.ir_metrics``)."""
+    return ndcg_at_k(ranked, qrels, K)
 
 
 def _ranked_docs(service: SearchService, query: str, acl: AclFilter, mode: str) -> tuple[list[str], str, str]:

@@ -1,8 +1,9 @@
 """The composition root: the one place where ``Settings`` become typed configs and objects.
 
-``api/`` and ``cli/`` (and the benchmarks) call these factories; nothing below this package
-reads ``Settings`` to build a collaborator, and library constructors take explicit typed
-parameters.
+``api/``, ``cli/`` and ``evaluation/`` (and the benchmarks) call these factories; nothing below
+this package reads ``Settings`` to build a collaborator except ``catalog.connect``, which
+finds the catalog (the configured URL or the local cluster) before anything else can be
+built. Library constructors take explicit typed parameters.
 """
 
 from wiring.audit import audit_writer

@@ -35,8 +35,8 @@ from tests.e2e.serverproc import READY_TIMEOUT_S, auth, free_port
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PACKAGES = (
-    "core", "catalog", "ingest", "index", "retrieve", "rerank", "authz", "jobs", "wiring", "api", "bench",
-    "cli", "ragline_client",
+    "core", "catalog", "ingest", "index", "retrieve", "rerank", "authz", "jobs", "services", "wiring", "api",
+    "evaluation", "cli", "ragline_client",
 )  # fmt: skip
 
 
@@ -123,9 +123,13 @@ def test_every_ragline_module_comes_from_the_wheel(image_venv: Path, tmp_path: P
         "    print(spec.origin if spec else None)"
     )
     out = _run(
-        [str(image_venv / "bin" / "python"), "-c", probe, *PACKAGES], cwd=tmp_path, env=_env("", tmp_path)
+        [str(image_venv / "bin" / "python"), "-c", probe, *PACKAGES, "bench"],
+        cwd=tmp_path,
+        env=_env("", tmp_path),
     )
-    origins = dict(zip(PACKAGES, out.stdout.split(), strict=True))
+    *found, bench = out.stdout.split()
+    origins = dict(zip(PACKAGES, found, strict=True))
+    assert bench == "None", f"the benchmarks are a checkout's tool, not installed: {bench}"
     outside = {p: o for p, o in origins.items() if not o.startswith(str(image_venv))}
     assert not outside, f"not in the image's install (the Dockerfile does not copy them?): {outside}"
 

@@ -42,12 +42,19 @@ def test_a_dockerfile_that_lists_packages_one_by_one_is_caught(tmp_path: Path) -
     old.write_text(
         "FROM python:3.11-slim\nWORKDIR /app\nCOPY pyproject.toml README.md ./\n"
         + "".join(f"COPY {p} {p}\n" for p in ("core", "catalog", "ingest", "index", "retrieve", "rerank"))
-        + "".join(f"COPY {p} {p}\n" for p in ("authz", "jobs", "wiring", "api", "bench", "cli", "samples"))
+        + "".join(f"COPY {p} {p}\n" for p in ("authz", "jobs", "wiring", "api", "cli", "samples"))
         + 'ARG EXTRAS=cpu,onnx\nRUN pip install ".[${EXTRAS}]"\n'
     )
     app = assemble_app(tmp_path / "image", dockerfile=old)
-    # ... and every package added since (services, issue 25): the reason for ``COPY . .``.
-    assert _missing_from_image(app) == ["ragline_client", "services"]
+    # ... and every package added since (services, evaluation, issue 25): the reason for ``COPY . .``.
+    assert _missing_from_image(app) == ["evaluation", "ragline_client", "services"]
+
+
+def test_the_benchmarks_stay_out_of_the_wheel_and_the_image(tmp_path: Path) -> None:
+    # ``ragline eval`` is the product's (evaluation/); bench/ is a checkout's tool (issue 25).
+    wheel = set(find_packages(where=str(REPO), include=_included()))
+    assert "evaluation" in wheel and not any(p == "bench" or p.startswith("bench.") for p in wheel)
+    assert not (assemble_app(tmp_path) / "bench").exists()
 
 
 def test_the_project_is_installed_with_extras_pyproject_defines() -> None:
@@ -61,7 +68,7 @@ def test_the_build_context_keeps_secrets_tests_and_local_state_out() -> None:
     context = build_context()
     for rel in context:
         top = rel.split("/")[0]
-        assert top not in {".git", ".venv", ".ragline", "tests", "docs", ".pytest_cache"}, rel
+        assert top not in {".git", ".venv", ".ragline", "tests", "docs", "bench", ".pytest_cache"}, rel
         assert "__pycache__" not in rel and not rel.endswith(".pyc"), rel
     ignore = DockerIgnore((REPO / ".dockerignore").read_text())
     for secret in (".env", ".env.production", "deploy/.env", "deploy/tls/server.key", "certs/api.pem"):

@@ -98,3 +98,13 @@ def test_a_circle_inside_a_package_breaks_the_contract(tmp_path: Path) -> None:
     result = _lint(tmp_path, config)
     assert result.returncode != 0
     assert "No cycles are allowed in rerank" in result.stdout
+
+
+@pytest.mark.parametrize("importer", ["cli.evaluate", "evaluation.harness", "api.app"])
+def test_no_installed_package_imports_the_benchmarks(tmp_path: Path, importer: str) -> None:
+    # bench/ is not in the wheel (pyproject's packages.find): an import of it from the product
+    # would be a ModuleNotFoundError in the image, so the contract refuses it here.
+    config = _fake_tree(tmp_path, {importer: "import bench\n"})
+    result = _lint(tmp_path, config)
+    assert result.returncode != 0
+    assert f"{importer} -> bench" in result.stdout

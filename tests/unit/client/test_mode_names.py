@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from api.schemas import RetrieveLimits, retrieve_in_model
-from bench.eval import MODES, resolve_modes
 from cli.main import build_parser
+from evaluation import MODES, resolve_modes
 
 LIMITS = RetrieveLimits(
     max_top_k=100, default_top_k=8, max_query_chars=2000, default_context_tokens=0, max_context_tokens=4000

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.eval import evaluate
 from core.settings import Settings
+from evaluation import evaluate
 from tests.conftest import truncate_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

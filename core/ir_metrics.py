@@ -1,5 +1,9 @@
 """IR evaluation metrics (nDCG, recall, MRR); the BEIR loader lives in ``core.beir``.
 
+Pure functions over document ids, in ``core`` beside the BEIR loader so that every layer
+scores alike: ``ragline eval`` (``evaluation``), the migration gate (``jobs.reembed_gate``)
+and the benchmarks (``bench``).
+
 Definitions follow trec_eval so numbers compare with published ones: nDCG uses linear
 gain (the grade) and a ``log2(rank + 1)`` discount, the ideal ranking is built from every
 judged document with a grade above 0, and a document counts as relevant when its grade is

@@ -1,4 +1,4 @@
-"""Tests for bench.metrics: hand-computed answers, an optional ranx oracle, BEIR loading."""
+"""Tests for core.ir_metrics: hand-computed answers, an optional ranx oracle, BEIR loading."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.metrics import (
+from core.ir_metrics import (
     doc_scores_from_chunks,
     evaluate_run,
     load_beir,
