@@ -33,25 +33,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _purge(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     import psycopg
 
     from catalog.connect import migrated_url
     from jobs.purge import erase_document
+    from services import index as index_ops
+    from services.caller import Caller
     from wiring import rebuild_config
     from wiring.index import LIVE_ALIAS
 
     settings = get_settings()
     url = migrated_url(settings)
     with psycopg.connect(url, autocommit=True) as conn:
-        done = erase_document(
-            conn,
-            url,
-            None if args.no_rebuild else rebuild_config(settings),
-            tenant_id=args.tenant,
-            external_id=args.external_id,
-            alias=LIVE_ALIAS,
-            actor=operator(),
-        )
+        done = erase_document(conn, tenant_id=args.tenant, external_id=args.external_id, actor=operator())
+        if not args.no_rebuild and index_ops.serves(conn, alias=LIVE_ALIAS):
+            rebuilt = index_ops.rebuild_and_forget(
+                conn,
+                url,
+                rebuild_config(settings),
+                alias=LIVE_ALIAS,
+                caller=Caller(operator(), "cli"),
+                reasons=["purge"],
+            )
+            done = replace(done, rebuilt=rebuilt)
         if args.compact:
             from catalog.purge import compact
 

@@ -16,13 +16,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from catalog import audit, indexes
+from catalog import audit
 from catalog import documents as docs_repo
 from catalog import purge as purge_repo
 from catalog.purge import PurgeCounts
 from core.errors import NotFoundError
-from jobs.rebuild_job import RebuildConfig
-from jobs.scheduler import rebuild_and_forget
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,21 +28,12 @@ class Erasure:
     external_id: str
     deleted_now: bool  # the document was still active: deleted by the purge itself
     counts: PurgeCounts
-    rebuilt: str | None  # the version ``alias`` now serves, built without the document
+    rebuilt: str | None = None  # the version ``live`` now serves, built without the document
 
 
-def erase_document(
-    conn: psycopg.Connection,
-    conninfo: str,
-    config: RebuildConfig | None,
-    *,
-    tenant_id: str,
-    external_id: str,
-    alias: str,
-    actor: str,
-) -> Erasure:
-    """Delete (if still active) and purge one document now, audited; with ``config``,
-    rebuild ``alias`` without it and forget its rollback target. ``conn`` is autocommit.
+def erase_document(conn: psycopg.Connection, *, tenant_id: str, external_id: str, actor: str) -> Erasure:
+    """Delete (if still active) and purge one document now, audited. ``conn`` is autocommit.
+    The caller then rebuilds the alias without it (``services.index.rebuild_and_forget``).
 
     Raises:
         NotFoundError: the tenant has no such document, active or deleted.
@@ -71,7 +60,4 @@ def erase_document(
                 "via": "cli",
             },
         )
-    rebuilt = None
-    if config is not None and indexes.resolve_alias(conn, alias=alias) is not None:
-        rebuilt = rebuild_and_forget(conn, conninfo, config, alias=alias, actor=actor, why=["purge"])
-    return Erasure(external_id, active, counts, rebuilt)
+    return Erasure(external_id, active, counts)

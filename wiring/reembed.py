@@ -19,9 +19,10 @@ from core.settings import IngestSettings, Settings
 from index.faiss_shards import DenseKind
 from ingest.pipeline import ChunkingConfig
 from jobs.reembed_gate import GateConfig, SearchOpener
-from jobs.reembed_job import ReembedArgs, ReembedConfig, start_reembed
-from jobs.schedules import ScheduleRunner
+from jobs.reembed_job import ReembedArgs, ReembedConfig
 from retrieve.service import SearchService
+from services.migration import start_reembed
+from services.schedules import ScheduleRunner
 from wiring.embedding import embedding_spec
 from wiring.index import LIVE_ALIAS, rebuild_config
 from wiring.ingest import chunking_config
