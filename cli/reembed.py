@@ -46,8 +46,8 @@ def run_job(
     import psycopg
 
     from core.progress import Progress
-    from jobs.reembed_job import ReembedArgs, run_reembed
-    from services.migration import migration_job, missing_vectors
+    from jobs.reembed_job import run_reembed
+    from services.migration import ReembedArgs, migration_job, missing_vectors
     from wiring.reembed import reembed_config
 
     with psycopg.connect(url) as conn:
