@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 
@@ -63,43 +63,8 @@ def start_reembed(conninfo: str, config: ReembedConfig, *, target_dim: int | Non
         CapacityError: the budgets cannot hold two versions.
     """
     with psycopg.connect(conninfo) as conn:
-        active = reembed_repo.active_migration(conn)
-        if active is not None:
-            raise ConflictError(f"a model migration is already running (job {active.job_id})")
-        # Loading the model also proves it loads before anything starts.
-        dim = (
-            target_dim if target_dim is not None else dataclasses.replace(config.target, threads=1).load().dim
-        )
-        capacity = capacity_check(conn, config, target_dim=dim)
-        live_model = _live_model(conn, config)
-        principals_repo.ensure_tenant(conn, tenant_id=config.tenant_id)
-        with conn.transaction():
-            job_id = jobs_repo.create_job(
-                conn, tenant_id=config.tenant_id, kind="reembed", items=[], params=config.args.to_params()
-            )
-            jobs_repo.set_report(conn, job_id=job_id, report={"capacity": capacity})
-            audit.record(
-                conn,
-                actor=config.actor,
-                action="reembed.start",
-                tenant_id=config.tenant_id,
-                target=config.target.model_name,
-                details={
-                    "job_id": str(job_id),
-                    "from": live_model,
-                    **config.args.to_params(),
-                    "via": config.via,
-                },
-            )
-        reembed_repo.start_migration(
-            conn,
-            job_id=job_id,
-            model=config.target.model_name,
-            live_model=live_model,
-            chunking=config.chunking.label if config.chunking else None,
-        )
-        conn.commit()
-    return job_id
+        capacity, live_model = _admit(conn, config, target_dim)
+        return _record(conn, config, capacity, live_model)
 
 
 def start_on(worker: MigrationWorker | None, conninfo: str, config: ReembedConfig) -> JobRow:
@@ -107,17 +72,63 @@ def start_on(worker: MigrationWorker | None, conninfo: str, config: ReembedConfi
     returns the queued job.
 
     Raises:
-        UnavailableError: this server runs no migration worker (nothing is started).
+        UnavailableError: this server runs no migration worker (checked after the request's
+            own errors, and before anything is recorded).
     """
-    if worker is None:
-        raise UnavailableError("the model-migration worker is not running on this server")
-    job_id = start_reembed(conninfo, config)
+    with psycopg.connect(conninfo) as conn:
+        capacity, live_model = _admit(conn, config, None)
+        if worker is None:
+            raise UnavailableError("the model-migration worker is not running on this server")
+        job_id = _record(conn, config, capacity, live_model)
     worker.submit(job_id, config)
     with psycopg.connect(conninfo) as conn:
         job = jobs_repo.get_job(conn, job_id=job_id)
     if job is None:
         raise InvalidInputError(f"job {job_id} vanished")
     return job
+
+
+def _admit(
+    conn: psycopg.Connection, config: ReembedConfig, target_dim: int | None
+) -> tuple[dict[str, Any], str]:
+    """The checks before a migration starts: none active, the model loads, two versions fit,
+    and it changes something; returns the capacity report and the model served now."""
+    active = reembed_repo.active_migration(conn)
+    if active is not None:
+        raise ConflictError(f"a model migration is already running (job {active.job_id})")
+    # Loading the model also proves it loads before anything starts.
+    dim = target_dim if target_dim is not None else dataclasses.replace(config.target, threads=1).load().dim
+    capacity = capacity_check(conn, config, target_dim=dim)
+    return capacity, _live_model(conn, config)
+
+
+def _record(
+    conn: psycopg.Connection, config: ReembedConfig, capacity: dict[str, Any], live_model: str
+) -> uuid.UUID:
+    """The job, its ``reembed.start`` entry and the active migration, committed together."""
+    principals_repo.ensure_tenant(conn, tenant_id=config.tenant_id)
+    with conn.transaction():
+        job_id = jobs_repo.create_job(
+            conn, tenant_id=config.tenant_id, kind="reembed", items=[], params=config.args.to_params()
+        )
+        jobs_repo.set_report(conn, job_id=job_id, report={"capacity": capacity})
+        audit.record(
+            conn,
+            actor=config.actor,
+            action="reembed.start",
+            tenant_id=config.tenant_id,
+            target=config.target.model_name,
+            details={"job_id": str(job_id), "from": live_model, **config.args.to_params(), "via": config.via},
+        )
+    reembed_repo.start_migration(
+        conn,
+        job_id=job_id,
+        model=config.target.model_name,
+        live_model=live_model,
+        chunking=config.chunking.label if config.chunking else None,
+    )
+    conn.commit()
+    return job_id
 
 
 def migration_job(conn: psycopg.Connection, job_id: uuid.UUID) -> JobRow | None:
