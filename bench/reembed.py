@@ -54,8 +54,9 @@ from catalog.principals import ensure_tenant
 from core.settings import Settings
 from index.embedder import Embedder, load_embedder, resolve_model_path
 from jobs.rebuild_job import rebuild
-from jobs.reembed_job import ReembedArgs, run_reembed, start_reembed
+from jobs.reembed_job import ReembedArgs, run_reembed
 from retrieve.delta import lexical_text
+from services.migration import start_reembed
 from wiring import make_runner, rebuild_config
 from wiring.reembed import reembed_config
 

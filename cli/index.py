@@ -15,7 +15,8 @@ from cli.output import add_json_flag, operator, print_json, print_rows
 from core.settings import Settings, get_settings
 
 if TYPE_CHECKING:
-    from catalog.indexes import VersionRow
+    from services.caller import Caller
+    from services.index import VersionRow
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +62,12 @@ def _conn(settings: Settings) -> tuple[psycopg.Connection, str]:
     return psycopg.connect(url), url
 
 
+def _cli() -> Caller:
+    from services.caller import Caller
+
+    return Caller(operator(), "cli")
+
+
 def _version_dict(v: VersionRow, aliases: dict[str, str]) -> dict[str, object]:
     return {
         "version_id": v.version_id,
@@ -79,24 +86,24 @@ def _version_dict(v: VersionRow, aliases: dict[str, str]) -> dict[str, object]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from catalog import indexes
+    from services.index import list_versions
 
     conn, _ = _conn(get_settings())
     with conn:
-        aliases = indexes.aliases(conn)
-        rows = [_version_dict(v, aliases) for v in indexes.list_versions(conn)]
+        versions, aliases = list_versions(conn)
+        rows = [_version_dict(v, aliases) for v in versions]
     columns = ("version_id", "state", "aliases", "model", "shards", "chunks", "position", "built_at")
     print_rows(rows, columns, as_json=args.json, title="index versions")
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    from catalog import indexes
+    from services.index import get_version, list_versions
 
     conn, _ = _conn(get_settings())
     with conn:
-        row = indexes.get_version(conn, version_id=args.version)
-        aliases = indexes.aliases(conn)
+        row = get_version(conn, args.version)
+        _, aliases = list_versions(conn)
     if row is None:
         print(f"ragline: no index version {args.version}", file=sys.stderr)
         return 1
@@ -123,25 +130,23 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from catalog import indexes
-    from catalog import reembed as reembed_repo
-    from jobs import index_admin
-    from jobs.rebuild_job import rebuild, rebuild_advice, rebuild_on_ray
+    from services import index as index_ops
     from wiring import rebuild_config
 
     settings = get_settings()
+    alias = args.swap or "live"
     conn, url = _conn(settings)
     with conn:
-        migration = reembed_repo.active_migration(conn)
-        if migration is not None:
-            print(f"ragline: a model migration is running (job {migration.job_id}); rebuilds wait for it")
+        try:
+            model = index_ops.rebuild_model(conn, alias=alias, configured_model=settings.embedding_model)
+        except index_ops.MigrationRunning as exc:
+            print(f"ragline: {exc.message}")
             return 1
-        live = indexes.resolve_alias(conn, alias=args.swap or "live")
-        model = live.embedding_model if live else settings.embedding_model  # a migrated alias keeps its model
+        why: list[str] = []
         if args.if_needed:
-            advice = rebuild_advice(
+            advice = index_ops.rebuild_advice(
                 conn,
-                alias=args.swap or "live",
+                alias=alias,
                 model=model,
                 tombstone_ratio=settings.index.rebuild_tombstone_ratio,
                 delta_chunks=settings.index.rebuild_delta_chunks,
@@ -150,43 +155,41 @@ def _rebuild(args: argparse.Namespace) -> int:
                 print("no rebuild needed: " + "; ".join(advice.checks))
                 return 0
             print("rebuilding: " + "; ".join(advice.reasons) + " (checked: " + "; ".join(advice.checks) + ")")
-        config = replace(rebuild_config(settings, args.shards), model_name=model)
-        if settings.ray_address:
-            from jobs.ray_runtime import ensure_ray
-
-            ensure_ray(address=settings.ray_address, data_dir=settings.data_dir)
-            version = rebuild_on_ray(url, config)
-        else:
-            version = rebuild(url, config)
-        print(f"built {version}")
-        why = list(advice.reasons) if args.if_needed else []
-        index_admin.record_rebuild(conn, version_id=version, actor=operator(), via="cli", reasons=why)
-        if args.swap:
-            previous = index_admin.point_alias(
-                conn, alias=args.swap, version_id=version, actor=operator(), via="cli", reasons=why
-            )
-            print(f"{args.swap}: {previous} -> {version}")
+            why = list(advice.reasons)
+        on_ray = index_ops.OnRay(settings.ray_address, settings.data_dir) if settings.ray_address else None
+        built = index_ops.rebuild(
+            conn,
+            url,
+            replace(rebuild_config(settings, args.shards), model_name=model),
+            caller=_cli(),
+            swap_alias=args.swap,
+            reasons=why,
+            on_ray=on_ray,
+        )
+        print(f"built {built.version_id}")
+        if built.swapped:
+            print(f"{built.swapped}: {built.previous} -> {built.version_id}")
     return 0
 
 
 def _swap(args: argparse.Namespace) -> int:
-    from jobs.index_admin import swap
+    from services.index import swap
 
     conn, _ = _conn(get_settings())
     with conn:
-        previous = swap(conn, alias=args.alias, version_id=args.version, actor=operator(), via="cli")
+        previous = swap(conn, alias=args.alias, version_id=args.version, caller=_cli())
     print(f"{args.alias}: {previous} -> {args.version}")
     return 0
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from jobs.index_admin import collect_garbage
+    from services.index import collect_garbage
 
     settings = get_settings()
     grace = args.grace_seconds if args.grace_seconds is not None else settings.index.gc_grace_seconds
     conn, _ = _conn(settings)
     with conn:
-        report = collect_garbage(conn, grace_seconds=grace, actor=operator(), via="cli")
+        report = collect_garbage(conn, grace_seconds=grace, caller=_cli())
     for version_id in report.deleted:
         print(f"deleted {version_id}")
     if not report.deleted:
@@ -197,14 +200,14 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from catalog.maintenance import embedding_stats
     from index.capacity import estimate_capacity, format_report, format_share, split_across_servers
     from index.faiss_shards import choose_kind
+    from services.index import corpus_stats
 
     settings = get_settings()
     conn, _ = _conn(settings)
     with conn:
-        stats = embedding_stats(conn, model=settings.embedding_model)
+        stats = corpus_stats(conn, model=settings.embedding_model)
     n, dim = stats.vectors, stats.dim or 384
     ix = settings.index
     per_shard = max(1, n // ix.shards)
@@ -245,15 +248,13 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from catalog import indexes
-    from jobs.index_verify import reconcile
+    from services.index import verify_alias
 
     conn, _ = _conn(get_settings())
     with conn:
-        target = indexes.resolve_alias(conn, alias=args.alias)
-        if target is None:
-            print(f"nothing to verify: alias {args.alias} points at no index version yet")
-            return 0
-        report = reconcile(conn, target)
+        report = verify_alias(conn, alias=args.alias)
+    if report is None:
+        print(f"nothing to verify: alias {args.alias} points at no index version yet")
+        return 0
     print(json.dumps(report.as_json(), indent=2))
     return 0 if report.ok else 1

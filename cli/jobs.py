@@ -281,21 +281,15 @@ def _jobs_run_due(args: argparse.Namespace) -> int:
     """Run due schedules under the maintenance lock, so a server's loop and this never overlap."""
     from datetime import UTC, datetime
 
-    from catalog import maintenance
-    from jobs.schedules import run_due
+    from services.schedules import run_due_exclusive
     from wiring.maintenance import schedule_runners
 
     settings = get_settings()
     url = _url(settings)
-    with (
-        psycopg.connect(url, autocommit=True) as conn,
-        maintenance.try_advisory_lock(conn, maintenance.SCHEDULER_LOCK) as held,
-    ):
-        if not held:
-            print("another process is running maintenance; nothing run", file=sys.stderr)
-            ran = []
-        else:
-            ran = run_due(conn, now=datetime.now(UTC), runners=schedule_runners(settings, url))
+    ran = run_due_exclusive(url, now=datetime.now(UTC), runners=schedule_runners(settings, url))
+    if ran is None:
+        print("another process is running maintenance; nothing run", file=sys.stderr)
+        ran = []
     rows = [{"schedule_id": r.schedule_id, "job": r.job, "result": r.result} for r in ran]
     print_rows(rows, ("schedule_id", "job", "result"), as_json=args.json, title="due schedules")
     return 1 if any(r.result.startswith("failed") for r in ran) else 0

@@ -45,17 +45,16 @@ def run_job(
 
     import psycopg
 
-    from catalog import jobs as jobs_repo
-    from catalog import reembed as reembed_repo
     from core.progress import Progress
-    from jobs.reembed_job import ReembedArgs, run_reembed
+    from jobs.reembed_job import run_reembed
+    from services.migration import ReembedArgs, migration_job, missing_vectors
     from wiring.reembed import reembed_config
 
     with psycopg.connect(url) as conn:
-        job = jobs_repo.get_job(conn, job_id=uuid.UUID(job_id))
-        if job is None or job.kind != "reembed":
+        job = migration_job(conn, uuid.UUID(job_id))
+        if job is None:
             raise SystemExit(f"ragline: no migration job {job_id}")
-        todo = reembed_repo.missing_count(conn, model=ReembedArgs.from_params(job.params).model)
+        todo = missing_vectors(conn, model=ReembedArgs.from_params(job.params).model)
     config = reembed_config(
         settings,
         url,
@@ -73,7 +72,7 @@ def run_job(
 
 def _reembed(args: argparse.Namespace) -> int:
     from catalog.connect import migrated_url
-    from jobs.reembed_job import ReembedArgs, start_reembed
+    from services.migration import ReembedArgs, start_reembed
     from wiring.reembed import reembed_config, spawn_resume
 
     settings = get_settings()
@@ -114,10 +113,10 @@ def _report(url: str, job_id: str, state: str | None) -> int:
 
     import psycopg
 
-    from catalog import jobs as jobs_repo
+    from services.migration import migration_job
 
     with psycopg.connect(url) as conn:
-        job = jobs_repo.get_job(conn, job_id=uuid.UUID(job_id))
+        job = migration_job(conn, uuid.UUID(job_id))
     report = dict(job.params.get("report") or {}) if job else {}
     gate = report.get("gate") or {}
     for name in (

@@ -76,29 +76,30 @@ def _ingest_samples(settings: Settings) -> None:
 def _build_index(url: str, settings: Settings) -> None:
     import psycopg
 
-    from catalog import indexes
     from cli.output import operator
-    from jobs import index_admin
-    from jobs.rebuild_job import rebuild, rebuild_advice
+    from services import index as index_ops
+    from services.caller import Caller
     from wiring import rebuild_config
 
     with psycopg.connect(url) as conn:
         # Only the first start points ``live`` at a version: later starts leave an operator's
         # swap or rollback alone (fresh documents are served from the delta; the maintenance
         # loop rebuilds on its thresholds).
-        if indexes.resolve_alias(conn, alias="live") is not None:
+        if index_ops.serves(conn, alias="live"):
             return
-        advice = rebuild_advice(
+        advice = index_ops.rebuild_advice(
             conn, alias="live", model=settings.embedding_model, tombstone_ratio=0.0001, delta_chunks=1
         )
         if not advice.needed:
             return
-        version = rebuild(url, rebuild_config(settings))
-        why = ["first start", *advice.reasons]
-        index_admin.record_rebuild(conn, version_id=version, actor=operator(), via="cli", reasons=why)
-        index_admin.point_alias(
-            conn, alias="live", version_id=version, actor=operator(), via="cli", reasons=why
-        )
+        version = index_ops.rebuild(
+            conn,
+            url,
+            rebuild_config(settings),
+            caller=Caller(operator(), "cli"),
+            swap_alias="live",
+            reasons=["first start", *advice.reasons],
+        ).version_id
     print(f"index version {version} is live", file=sys.stderr)
 
 

@@ -42,7 +42,8 @@ def _url() -> str:
 
 def _add(args: argparse.Namespace) -> int:
     from core.errors import InvalidInputError
-    from jobs.schedules import add
+    from services.caller import Caller
+    from services.schedules import add
 
     job_args: dict[str, str] = {}
     for kv in args.arg:
@@ -56,16 +57,15 @@ def _add(args: argparse.Namespace) -> int:
             job=args.job,
             cron=args.cron,
             args=job_args,
-            actor=operator(),
+            caller=Caller(operator(), "cli"),
             now=datetime.now(UTC),
-            via="cli",
         )
     print(f"schedule {row.schedule_id}: {row.job} at '{row.cron}', next run {row.next_run_at.isoformat()}")
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
-    from catalog.schedules import list_schedules
+    from services.schedules import list_schedules
 
     with psycopg.connect(_url()) as conn:
         rows = [
@@ -88,11 +88,12 @@ def _list(args: argparse.Namespace) -> int:
 
 def _remove(args: argparse.Namespace) -> int:
     from core.errors import NotFoundError
-    from jobs.schedules import remove
+    from services.caller import Caller
+    from services.schedules import remove
 
     try:
         with psycopg.connect(_url()) as conn:
-            remove(conn, schedule_id=args.schedule_id, actor=operator(), via="cli")
+            remove(conn, schedule_id=args.schedule_id, caller=Caller(operator(), "cli"))
     except NotFoundError as exc:
         print(f"ragline: {exc.message}", file=sys.stderr)
         return 1

@@ -1,7 +1,8 @@
 """Model migration: re-embed every live chunk into a new index version, gate it, swap it.
 
-``start_reembed`` records the job and the active migration (from then on ingestion writes
-vectors for the target model too: ``jobs.dual_write``); ``run_reembed`` backfills the
+``services.migration.start_reembed`` records the job and the active migration (from then on
+ingestion writes vectors for the target model too: ``jobs.dual_write``); ``run_reembed``, the
+worker, backfills the
 vectors still missing, builds the target version from the catalog at one position, gates
 it (``jobs.reembed_gate``) and, on a pass (or ``force``), swaps the alias atomically. The
 old version keeps serving until then, and after it for the grace period (the rollback is
@@ -28,9 +29,8 @@ from catalog import audit
 from catalog import indexes as indexes_repo
 from catalog import jobs as jobs_repo
 from catalog import maintenance as maintenance_repo
-from catalog import principals as principals_repo
 from catalog import reembed as reembed_repo
-from core.errors import CapacityError, ConflictError
+from core.errors import CapacityError
 from index.capacity import estimate_capacity, model_weight_bytes
 from index.embedder import EmbeddingSpec, resolve_model_path
 from index.faiss_shards import choose_kind
@@ -140,56 +140,6 @@ def capacity_check(conn: psycopg.Connection, config: ReembedConfig, *, target_di
             f" query models ({models} bytes) do not fit: " + "; ".join(over)
         )
     return report
-
-
-def start_reembed(conninfo: str, config: ReembedConfig, *, target_dim: int | None = None) -> uuid.UUID:
-    """Record a migration job (queued) and make its model the dual-write target.
-
-    The plain entry point for the CLI, the API and a scheduler: run it with ``run_reembed``.
-    Raises ``ConflictError`` while another migration is active and ``CapacityError`` when
-    the budgets cannot hold two versions.
-    """
-    with psycopg.connect(conninfo) as conn:
-        live = reembed_repo.active_migration(conn)
-        if live is not None:
-            raise ConflictError(f"a model migration is already running (job {live.job_id})")
-        # Loading the model also proves it loads before anything starts.
-        dim = (
-            target_dim if target_dim is not None else dataclasses.replace(config.target, threads=1).load().dim
-        )
-        capacity = capacity_check(conn, config, target_dim=dim)
-        row = indexes_repo.resolve_alias(conn, alias=config.alias)
-        live_model = row.embedding_model if row else config.live_model
-        if live_model == config.target.model_name and config.chunking is None and not config.args.force:
-            raise ConflictError(f"{config.alias} already serves {live_model}; nothing to migrate")
-        principals_repo.ensure_tenant(conn, tenant_id=config.tenant_id)
-        with conn.transaction():
-            job_id = jobs_repo.create_job(
-                conn, tenant_id=config.tenant_id, kind="reembed", items=[], params=config.args.to_params()
-            )
-            jobs_repo.set_report(conn, job_id=job_id, report={"capacity": capacity})
-            audit.record(
-                conn,
-                actor=config.actor,
-                action="reembed.start",
-                tenant_id=config.tenant_id,
-                target=config.target.model_name,
-                details={
-                    "job_id": str(job_id),
-                    "from": live_model,
-                    **config.args.to_params(),
-                    "via": config.via,
-                },
-            )
-        reembed_repo.start_migration(
-            conn,
-            job_id=job_id,
-            model=config.target.model_name,
-            live_model=live_model,
-            chunking=config.chunking.label if config.chunking else None,
-        )
-        conn.commit()
-    return job_id
 
 
 # --- run ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from index.faiss_shards import DenseParams
 from ingest.pipeline import ChunkingConfig
 from jobs.rebuild_job import RebuildConfig
 from jobs.runner import RunnerConfig
-from jobs.scheduler import MaintenancePolicy
+from services.maintenance import MaintenancePolicy
 from wiring import dense_params, embedding_spec, rebuild_config
 from wiring.index import maintenance_policy
 from wiring.ingest import chunking_config, runner_config

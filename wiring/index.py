@@ -6,7 +6,7 @@ from core.settings import Settings
 from index.faiss_shards import DenseParams
 from index.tokenize import Tokenizer
 from jobs.rebuild_job import RebuildConfig
-from jobs.scheduler import MaintenancePolicy
+from services.maintenance import MaintenancePolicy
 
 # The alias serving nodes load and maintenance rebuilds into.
 LIVE_ALIAS = "live"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from core.settings import Settings
-from jobs.scheduler import MaintenanceScheduler, scheduled_rebuild
-from jobs.schedules import ScheduleRunner
+from services.maintenance import MaintenanceScheduler, scheduled_rebuild
+from services.schedules import ScheduleRunner
 from wiring.index import LIVE_ALIAS, maintenance_policy, rebuild_config
 from wiring.reembed import scheduled_reembed
 

@@ -19,9 +19,10 @@ from core.settings import IngestSettings, Settings
 from index.faiss_shards import DenseKind
 from ingest.pipeline import ChunkingConfig
 from jobs.reembed_gate import GateConfig, SearchOpener
-from jobs.reembed_job import ReembedArgs, ReembedConfig, start_reembed
-from jobs.schedules import ScheduleRunner
+from jobs.reembed_job import ReembedArgs, ReembedConfig
 from retrieve.service import SearchService
+from services.migration import start_reembed
+from services.schedules import ScheduleRunner
 from wiring.embedding import embedding_spec
 from wiring.index import LIVE_ALIAS, rebuild_config
 from wiring.ingest import chunking_config
@@ -107,22 +108,7 @@ def reembed_config(
         ),
         build=build,
         chunking=parse_chunking(args.chunking, settings),
-        gate=GateConfig(
-            recall_floor=r.recall_floor,
-            recall_sample=r.recall_sample,
-            dataset=dataset,
-            dataset_tenant=r.gate_tenant,
-            tolerance=args.gate_tolerance if args.gate_tolerance is not None else r.gate_tolerance,
-            mode=r.gate_mode,
-            query_file=Path(args.query_file) if args.query_file else None,
-            query_sample=r.query_sample,
-            audit_queries=settings.audit.store_query_text,
-            structure_probes=r.structure_probes,
-            structure_tolerance=r.structure_tolerance,
-            health_pairs=r.health_pairs,
-            health_spread_ratio=r.health_spread_ratio,
-            agreement_floor=r.agreement_floor,
-        ),
+        gate=_gate_config(settings, args, dataset),
         open_search=version_search_opener(settings, url),
         alias=LIVE_ALIAS,
         live_model=settings.embedding_model,
@@ -141,6 +127,27 @@ def reembed_config(
         tenant_id=tenant_id or r.job_tenant,
         via=via,
         actor=actor,
+    )
+
+
+def _gate_config(settings: Settings, args: ReembedArgs, dataset: Path | None) -> GateConfig:
+    """The gate a migration's version must pass: ``settings.reembed`` unless ``args`` says."""
+    r = settings.reembed
+    return GateConfig(
+        recall_floor=r.recall_floor,
+        recall_sample=r.recall_sample,
+        dataset=dataset,
+        dataset_tenant=r.gate_tenant,
+        tolerance=args.gate_tolerance if args.gate_tolerance is not None else r.gate_tolerance,
+        mode=r.gate_mode,
+        query_file=Path(args.query_file) if args.query_file else None,
+        query_sample=r.query_sample,
+        audit_queries=settings.audit.store_query_text,
+        structure_probes=r.structure_probes,
+        structure_tolerance=r.structure_tolerance,
+        health_pairs=r.health_pairs,
+        health_spread_ratio=r.health_spread_ratio,
+        agreement_floor=r.agreement_floor,
     )
 
 

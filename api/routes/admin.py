@@ -5,15 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from api.deps import (
     AdminOrOperator,
     AdminPrincipal,
+    DatabaseUrlDep,
     OperatorPrincipal,
     OptionalSearchDep,
     PoolDep,
+    ReembedDep,
     SettingsDep,
 )
 from api.errors import error_responses
@@ -79,12 +81,17 @@ class ReembedIn(Strict):
     status_code=202,
     responses=error_responses(401, 403, 429, 409, 422),
 )
-def post_reembed(body: ReembedIn, request: Request, admin: OperatorPrincipal, pool: PoolDep) -> JobOut:
+def post_reembed(
+    body: ReembedIn,
+    admin: OperatorPrincipal,
+    settings: SettingsDep,
+    url: DatabaseUrlDep,
+    worker: ReembedDep,
+) -> JobOut:
     """Start a model migration (one at a time, operator only: it swaps ``live`` for every
     tenant); follow it with ``GET /v1/jobs/{job_id}``."""
     from api.routes.jobs import job_out
-    from catalog import jobs as jobs_repo
-    from jobs.reembed_job import ReembedArgs, start_reembed
+    from services.migration import ReembedArgs, start_on
     from wiring.reembed import reembed_config
 
     for path in (body.gate_dataset, body.query_file):
@@ -100,18 +107,11 @@ def post_reembed(body: ReembedIn, request: Request, admin: OperatorPrincipal, po
         query_file=body.query_file,
         force=body.force,
     )
-    settings = request.app.state.settings
-    url = request.app.state.database_url
     try:
         config = reembed_config(
             settings, url, args, actor=admin.principal_id, tenant_id=admin.tenant_id, via="api"
         )
-        job_id = start_reembed(url, config)
+        job = start_on(worker, url, config)
     except ConfigError as exc:  # the caller named a model that cannot be loaded: their input
         raise InvalidInputError(exc.message) from exc
-    request.app.state.reembed.submit(job_id, config)
-    with pool.connection() as conn:
-        job = jobs_repo.get_job(conn, job_id=job_id)
-    if job is None:
-        raise InvalidInputError(f"job {job_id} vanished")
     return job_out(job, [])

@@ -4,9 +4,8 @@ operator key."""
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from api.console_schemas import (
@@ -21,12 +20,12 @@ from api.console_schemas import (
     SwapOut,
     VersionOut,
 )
-from api.deps import OperatorPrincipal, PoolDep, SettingsDep
+from api.deps import OperatorPrincipal, OptionalSearchDep, PoolDep, SettingsDep
 from api.errors import error_responses
-from catalog import indexes as indexes_repo
-from core.errors import NotFoundError
-from index.quality import ShardQuality, version_quality
-from jobs import index_admin
+from authz.principals import Principal
+from services import index as index_ops
+from services.caller import Caller
+from services.index import ShardQuality
 
 router = APIRouter(prefix="/v1/admin", tags=["console"])
 
@@ -36,19 +35,15 @@ def _iso(value: datetime | None) -> str | None:
 
 
 @router.get("/index", response_model=IndexOut, responses=error_responses(401, 403, 429))
-def index_overview(request: Request, admin: OperatorPrincipal, pool: PoolDep) -> IndexOut:
+def index_overview(admin: OperatorPrincipal, pool: PoolDep, search: OptionalSearchDep) -> IndexOut:
     """Versions (model, kinds, shards, counts, hidden fraction, delta, position, build
     time) and aliases, and what this node serves."""
     with pool.connection() as conn:
-        versions, aliases = index_admin.overview(conn)
-    service = getattr(request.app.state, "search", None)
+        versions, aliases = index_ops.overview(conn)
+    served = index_ops.serving(search)
     serving = (
-        ServingOut(
-            version_id=service.state.current.version_id,
-            model=service.state.model_name,
-            last_swap_error=service.last_swap_error,
-        )
-        if service is not None
+        ServingOut(version_id=served.version_id, model=served.model, last_swap_error=served.last_swap_error)
+        if served is not None
         else None
     )
     return IndexOut(
@@ -76,30 +71,19 @@ def index_overview(request: Request, admin: OperatorPrincipal, pool: PoolDep) ->
     )
 
 
-def _follow(request: Request, alias: str, previous: str | None, current: str) -> SwapOut:
-    service = getattr(request.app.state, "search", None)
-    serving = None
-    if service is not None and service.watcher.alias == alias:
-        with request.app.state.pool.connection() as conn:
-            service.watcher.check_alias(conn)  # this node follows at once; others on NOTIFY
-        serving = service.state.current.version_id
-    return SwapOut(alias=alias, previous=previous, current=current, serving=serving)
-
-
 @router.post(
     "/index/aliases/{alias}:swap",
     response_model=SwapOut,
     responses=error_responses(401, 403, 429, 404, 409, 413, 422),
 )
 def swap_route(
-    alias: str, body: SwapIn, request: Request, admin: OperatorPrincipal, pool: PoolDep
+    alias: str, body: SwapIn, admin: OperatorPrincipal, pool: PoolDep, search: OptionalSearchDep
 ) -> SwapOut:
     """Point an alias at a ready version whose files check out."""
     with pool.connection() as conn:
-        previous = index_admin.swap(
-            conn, alias=alias, version_id=body.version_id, actor=admin.principal_id, via="console"
-        )
-    return _follow(request, alias, previous, body.version_id)
+        previous = index_ops.swap(conn, alias=alias, version_id=body.version_id, caller=_console(admin))
+    serving = index_ops.follow_alias(search, pool, alias)  # this node at once; others on NOTIFY
+    return SwapOut(alias=alias, previous=previous, current=body.version_id, serving=serving)
 
 
 @router.post(
@@ -107,11 +91,12 @@ def swap_route(
     response_model=SwapOut,
     responses=error_responses(401, 403, 429, 404, 409, 422),
 )
-def rollback_route(alias: str, request: Request, admin: OperatorPrincipal, pool: PoolDep) -> SwapOut:
+def rollback_route(alias: str, admin: OperatorPrincipal, pool: PoolDep, search: OptionalSearchDep) -> SwapOut:
     """Point an alias back at the version it pointed at before."""
     with pool.connection() as conn:
-        previous, current = index_admin.rollback(conn, alias=alias, actor=admin.principal_id, via="console")
-    return _follow(request, alias, previous, current)
+        previous, current = index_ops.rollback(conn, alias=alias, caller=_console(admin))
+    serving = index_ops.follow_alias(search, pool, alias)
+    return SwapOut(alias=alias, previous=previous, current=current, serving=serving)
 
 
 @router.post(
@@ -123,13 +108,10 @@ async def quality_route(
     version_id: str, admin: OperatorPrincipal, pool: PoolDep, settings: SettingsDep
 ) -> QualityOut:
     """recall@10 of each shard's ANN index against exact search on a sample of its vectors."""
-    with pool.connection() as conn:
-        row = indexes_repo.get_version(conn, version_id=version_id)
-    if row is None or row.state != "ready":
-        raise NotFoundError(f"no ready index version {version_id}")
     shards = await run_in_threadpool(
-        version_quality,
-        Path(row.path),
+        index_ops.version_quality,
+        pool,
+        version_id,
         sample=settings.console.quality_sample,
         k=10,
         ef_search=settings.index.hnsw_ef_search,
@@ -149,14 +131,16 @@ def gc_route(admin: OperatorPrincipal, pool: PoolDep, settings: SettingsDep) -> 
     """Delete versions no alias uses nor could roll back to, past the grace period."""
     grace = settings.index.gc_grace_seconds
     with pool.connection() as conn:
-        report = index_admin.collect_garbage(
-            conn, grace_seconds=grace, actor=admin.principal_id, via="console"
-        )
+        report = index_ops.collect_garbage(conn, grace_seconds=grace, caller=_console(admin))
     return GcOut(
         deleted=list(report.deleted),
         kept=[GcKept(version_id=v, reason=r) for v, r in report.kept],
         grace_seconds=grace,
     )
+
+
+def _console(admin: Principal) -> Caller:
+    return Caller(admin.principal_id, "console")
 
 
 def _shard_out(s: ShardQuality) -> ShardQualityOut:

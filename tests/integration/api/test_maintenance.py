@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from catalog import indexes
 from catalog.maintenance import SCHEDULER_LOCK
-from jobs.scheduler import tick
+from services.maintenance import tick
 from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
 

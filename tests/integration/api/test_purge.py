@@ -17,7 +17,7 @@ from catalog import jobs as jobs_repo
 from cli.main import main
 from core.settings import get_settings
 from jobs.rebuild_job import rebuild
-from jobs.scheduler import tick
+from services.maintenance import tick
 from tests import factories
 from tests.integration.api.conftest import make_key, wait_job
 

@@ -13,7 +13,7 @@ from catalog import audit
 from catalog.audit import AuditEvent
 from catalog.db import apply_migrations, load_migrations, open_pool
 from jobs.audit_writer import AuditWriter, AuditWriterConfig
-from jobs.scheduler import tick
+from services.maintenance import tick
 from tests import factories
 
 pytestmark = pytest.mark.integration

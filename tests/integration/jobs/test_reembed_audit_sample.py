@@ -25,7 +25,8 @@ from catalog.principals import ensure_principal, replace_groups
 from core.records import Acl
 from core.settings import Settings
 from jobs.reembed_gate import SearchOpener
-from jobs.reembed_job import run_reembed, start_reembed
+from jobs.reembed_job import run_reembed
+from services.migration import start_reembed
 from tests.integration.api.conftest import make_key
 from tests.integration.jobs import reembed_helpers as h
 

@@ -15,7 +15,8 @@ from catalog import jobs as jobs_repo
 from catalog import reembed as reembed_repo
 from core.errors import CapacityError, ConflictError
 from core.settings import Settings
-from jobs.reembed_job import run_reembed, start_reembed
+from jobs.reembed_job import run_reembed
+from services.migration import start_reembed
 from tests.integration.jobs import reembed_helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -161,7 +162,7 @@ def test_kill_9_mid_backfill_then_resume_embeds_only_what_is_missing(
 
 
 def test_scheduled_rebuild_waits_for_a_running_migration(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
-    from jobs.scheduler import tick
+    from services.maintenance import tick
     from tests import factories
 
     h.ingest(db_url, tmp_path, embedder, "acme", h.topic_docs()[:3])

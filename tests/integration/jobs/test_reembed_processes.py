@@ -23,8 +23,9 @@ from catalog import reembed as reembed_repo
 from catalog.maintenance import all_live_leaf_count
 from catalog.schedules import list_schedules
 from core.settings import Settings
-from jobs import schedules
 from jobs.reembed_job import run_reembed
+from services import schedules
+from services.caller import Caller
 from tests.integration.jobs import reembed_helpers as h
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -71,7 +72,7 @@ def test_a_due_reembed_schedule_runs_the_detached_migration_to_the_swap(
             job="reembed",
             cron="0 4 * * 6",
             args={"model": model, "index_kind": "flat"},
-            actor="test",
+            caller=Caller("test", "cli"),
             now=datetime.now(UTC),
         )
         conn.execute(

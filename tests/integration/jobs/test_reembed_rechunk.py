@@ -16,7 +16,8 @@ from api.services import ingest_hook
 from catalog import indexes
 from catalog import jobs as jobs_repo
 from core.settings import Settings
-from jobs.reembed_job import run_reembed, start_reembed
+from jobs.reembed_job import run_reembed
+from services.migration import start_reembed
 from tests.integration.api.conftest import make_key, wait_job
 from tests.integration.jobs import reembed_helpers as h
 

@@ -21,7 +21,8 @@ from catalog import indexes
 from catalog.bulk import BulkChunk, BulkDocument, bulk_load
 from catalog.schedules import list_schedules
 from core.settings import DEFAULT_EMBEDDING_MODEL
-from jobs import schedules
+from services import schedules
+from services.caller import Caller
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
@@ -33,7 +34,9 @@ def _backdate(conn: psycopg.Connection, schedule_id: int, by: timedelta) -> None
 
 def test_a_missed_window_is_caught_up_once(conn: psycopg.Connection) -> None:
     now = datetime.now(UTC)
-    row = schedules.add(conn, job="rebuild", cron="*/5 * * * *", args={}, actor="test", now=now)
+    row = schedules.add(
+        conn, job="rebuild", cron="*/5 * * * *", args={}, caller=Caller("test", "cli"), now=now
+    )
     assert row.next_run_at > now
     assert schedules.run_due(conn, now=now, runners={"rebuild": lambda a: "ok"}) == []
     _backdate(conn, row.schedule_id, timedelta(hours=3))  # 36 windows missed
@@ -49,7 +52,12 @@ def test_a_missed_window_is_caught_up_once(conn: psycopg.Connection) -> None:
 
 def test_a_failing_job_is_recorded_and_retried_next_window(conn: psycopg.Connection) -> None:
     row = schedules.add(
-        conn, job="reembed", cron="0 * * * *", args={"model": "m"}, actor="t", now=datetime.now(UTC)
+        conn,
+        job="reembed",
+        cron="0 * * * *",
+        args={"model": "m"},
+        caller=Caller("t", "cli"),
+        now=datetime.now(UTC),
     )
     _backdate(conn, row.schedule_id, timedelta(minutes=1))
     (ran,) = schedules.run_due(conn, now=datetime.now(UTC), runners={})
@@ -85,7 +93,9 @@ def test_concurrent_runners_run_a_window_once(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         now = datetime.now(UTC)
         ids = [
-            schedules.add(conn, job="rebuild", cron="* * * * *", args={}, actor="t", now=now).schedule_id
+            schedules.add(
+                conn, job="rebuild", cron="* * * * *", args={}, caller=Caller("t", "cli"), now=now
+            ).schedule_id
             for _ in range(5)
         ]
     for _round in range(3):
@@ -111,7 +121,12 @@ def test_two_run_due_processes_rebuild_once(db_url: str, tmp_path: Path) -> None
         _seed(conn)
     with psycopg.connect(db_url, autocommit=True) as conn:
         row = schedules.add(
-            conn, job="rebuild", cron="0 3 * * 0", args={"shards": "1"}, actor="t", now=datetime.now(UTC)
+            conn,
+            job="rebuild",
+            cron="0 3 * * 0",
+            args={"shards": "1"},
+            caller=Caller("t", "cli"),
+            now=datetime.now(UTC),
         )
         _backdate(conn, row.schedule_id, timedelta(days=30))  # four Sundays missed
     env = {
@@ -138,11 +153,13 @@ def test_two_run_due_processes_rebuild_once(db_url: str, tmp_path: Path) -> None
 
 
 def test_the_maintenance_tick_runs_due_schedules(db_url: str, tmp_path: Path) -> None:
-    from jobs.scheduler import tick
+    from services.maintenance import tick
     from tests import factories
 
     with psycopg.connect(db_url, autocommit=True) as conn:
-        row = schedules.add(conn, job="rebuild", cron="0 0 1 * *", args={}, actor="t", now=datetime.now(UTC))
+        row = schedules.add(
+            conn, job="rebuild", cron="0 0 1 * *", args={}, caller=Caller("t", "cli"), now=datetime.now(UTC)
+        )
         _backdate(conn, row.schedule_id, timedelta(days=1))
     runs: list[int] = []
     result = tick(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from core.errors import InvalidInputError
-from jobs.schedules import next_after, validate_cron
+from services.schedules import next_after, validate_cron
 
 
 def test_next_window_is_strictly_after() -> None:
@@ -28,7 +28,7 @@ def test_invalid_cron_is_refused(bad: str) -> None:
 
 
 def test_job_arguments_are_typed_and_checked() -> None:
-    from jobs.schedules import validate_args
+    from services.schedules import validate_args
 
     assert validate_args("rebuild", {"shards": "4"}) == {"shards": 4}
     assert validate_args("reembed", {"model": "/m", "force": "true", "gate_tolerance": "0.02"}) == {

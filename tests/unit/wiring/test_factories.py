@@ -8,7 +8,7 @@ import pytest
 
 from core.settings import Settings
 from index.builder import auto_params
-from jobs.scheduler import MaintenanceScheduler
+from services.maintenance import MaintenanceScheduler
 from wiring import embedding_spec, maintenance_scheduler, rebuild_config
 from wiring.index import dense_params, maintenance_policy
 

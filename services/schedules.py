@@ -1,10 +1,11 @@
-"""Cron schedules for rebuild and re-embed jobs.
+"""Cron schedules for rebuild and re-embed jobs: add, remove, list, run the due ones.
 
 A schedule is due when its ``next_run_at`` has passed. Running it first advances
 ``next_run_at`` to the next window after *now* with a compare-and-set, so a window runs once
 however many processes look at it, and a server that was down for N windows catches up with
 one run, not N. The servers' maintenance loop calls :func:`run_due` under its advisory lock;
-``ragline jobs run-due`` is the same call for an external cron.
+``ragline jobs run-due`` is the same call for an external cron. ``ragline schedule add|remove``
+call :func:`add` and :func:`remove`, which audit ``schedule.add``/``schedule.remove``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Any
 import psycopg
 from croniter import croniter
 
-from catalog import audit
+from catalog import audit, maintenance
 from catalog import schedules as schedules_repo
+from catalog.schedules import ScheduleRow
 from core.errors import InvalidInputError
+from services.caller import Caller
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +93,9 @@ def add(
     job: str,
     cron: str,
     args: Mapping[str, str],
-    actor: str,
+    caller: Caller,
     now: datetime,
-    via: str = "cli",
-) -> schedules_repo.ScheduleRow:
+) -> ScheduleRow:
     """Store a schedule and audit ``schedule.add``; its first run is the first window after ``now``."""
     with conn.transaction():
         row = schedules_repo.add_schedule(
@@ -102,25 +104,34 @@ def add(
             cron=validate_cron(cron),
             args=validate_args(job, args),
             next_run_at=next_after(cron, now),
-            created_by=actor,
+            created_by=caller.actor,
         )
         audit.record(
             conn,
-            actor=actor,
+            actor=caller.actor,
             action="schedule.add",
             target=str(row.schedule_id),
-            details={"job": row.job, "cron": row.cron, "args": dict(row.args), "via": via},
+            details={"job": row.job, "cron": row.cron, "args": dict(row.args), "via": caller.via},
         )
     return row
 
 
-def remove(conn: psycopg.Connection, *, schedule_id: int, actor: str, via: str = "cli") -> None:
+def remove(conn: psycopg.Connection, *, schedule_id: int, caller: Caller) -> None:
     """Delete a schedule and audit ``schedule.remove``; NotFoundError when there is none."""
     with conn.transaction():
         schedules_repo.remove_schedule(conn, schedule_id=schedule_id)
         audit.record(
-            conn, actor=actor, action="schedule.remove", target=str(schedule_id), details={"via": via}
+            conn,
+            actor=caller.actor,
+            action="schedule.remove",
+            target=str(schedule_id),
+            details={"via": caller.via},
         )
+
+
+def list_schedules(conn: psycopg.Connection) -> list[ScheduleRow]:
+    """Every schedule with its next and last runs (``ragline schedule list``)."""
+    return schedules_repo.list_schedules(conn)
 
 
 def run_due(
@@ -146,3 +157,16 @@ def run_due(
         schedules_repo.record_result(conn, schedule_id=schedule.schedule_id, result=result)
         ran.append(ScheduledRun(schedule.schedule_id, schedule.job, result))
     return ran
+
+
+def run_due_exclusive(
+    conninfo: str, *, now: datetime, runners: Mapping[str, ScheduleRunner]
+) -> list[ScheduledRun] | None:
+    """:func:`run_due` under the maintenance lock (``ragline jobs run-due``), so a server's
+    maintenance loop and an external cron never run one window twice; None when another
+    process holds the lock (nothing run)."""
+    with (
+        psycopg.connect(conninfo, autocommit=True) as conn,
+        maintenance.try_advisory_lock(conn, maintenance.SCHEDULER_LOCK) as held,
+    ):
+        return run_due(conn, now=now, runners=runners) if held else None

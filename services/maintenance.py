@@ -2,7 +2,10 @@
 versions past their grace, audit entries past the retention).
 
 Runs as a background thread in each API process; a PostgreSQL advisory lock makes exactly
-one replica do the work per tick, so several replicas can run it safely.
+one replica do the work per tick, so several replicas can run it safely. The tick rebuilds,
+swaps and collects through the same :mod:`services.index` functions as ``ragline index`` and
+the console (as the ``scheduler`` caller), so its audit entries have their shapes. It lives
+in ``services`` rather than ``jobs`` because it calls those operations.
 """
 
 from __future__ import annotations
@@ -21,12 +24,16 @@ from catalog import audit, indexes, maintenance
 from catalog import purge as purge_repo
 from catalog import reembed as reembed_repo
 from catalog.purge import PurgeCounts
-from jobs import index_admin
-from jobs.rebuild_job import RebuildConfig, rebuild, rebuild_advice
-from jobs.schedules import ScheduledRun, ScheduleRunner, run_due
+from jobs.rebuild_job import RebuildConfig, rebuild_advice
 from jobs.staging import collect_orphan_uploads
+from services import index as index_ops
+from services.caller import Caller
+from services.schedules import ScheduledRun, ScheduleRunner, run_due
 
 log = logging.getLogger(__name__)
+
+SCHEDULER = Caller("scheduler", "scheduler")  # the maintenance tick's own work
+SCHEDULE = Caller("schedule", "scheduler")  # a stored schedule's run
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,34 +77,7 @@ def tick(
         return replace(_maintain(conn, conninfo, config, policy), scheduled=scheduled)
 
 
-def rebuild_and_swap(
-    conn: psycopg.Connection, conninfo: str, config: RebuildConfig, *, alias: str, actor: str, why: list[str]
-) -> str:
-    """Build a version, point ``alias`` at it and audit the swap; returns the new version id."""
-    built = rebuild(conninfo, config)
-    index_admin.record_rebuild(conn, version_id=built, actor=actor, via="scheduler", reasons=why)
-    index_admin.point_alias(conn, alias=alias, version_id=built, actor=actor, via="scheduler", reasons=why)
-    return built
-
-
-def rebuild_and_forget(
-    conn: psycopg.Connection, conninfo: str, config: RebuildConfig, *, alias: str, actor: str, why: list[str]
-) -> str:
-    """Rebuild ``alias`` from the purged catalog and drop its rollback target."""
-    built = rebuild_and_swap(conn, conninfo, config, alias=alias, actor=actor, why=why)
-    with conn.transaction():
-        forgotten = indexes.forget_previous(conn, alias=alias)
-        audit.record(
-            conn,
-            actor=actor,
-            action="index.forget_rollback",
-            target=alias,
-            details={"version": forgotten, "reason": "its files hold purged text", "via": "scheduler"},
-        )
-    return built
-
-
-def purge_expired(conn: psycopg.Connection, *, older_than_seconds: float, actor: str) -> PurgeCounts:
+def purge_expired(conn: psycopg.Connection, *, older_than_seconds: float, caller: Caller) -> PurgeCounts:
     """The maintenance tick's purge: versions hidden longer than ``older_than_seconds`` and
     the payloads of cancelled or failed jobs finished that long ago; audited when it did
     anything. ``conn`` is autocommit."""
@@ -108,14 +88,14 @@ def purge_expired(conn: psycopg.Connection, *, older_than_seconds: float, actor:
         if counts.any:
             audit.record(
                 conn,
-                actor=actor,
+                actor=caller.actor,
                 action="retention.purge",
                 details={
                     "versions": counts.versions,
                     "chunks": counts.chunks,
                     "documents": counts.documents,
                     "job_payloads": counts.job_payloads,
-                    "via": "scheduler",
+                    "via": caller.via,
                 },
             )
     if counts.any:
@@ -129,14 +109,14 @@ def scheduled_rebuild(conninfo: str, config: RebuildConfig, *, alias: str) -> Sc
     def run(args: Mapping[str, Any]) -> str:
         shards = int(args.get("shards") or config.n_shards)
         with psycopg.connect(conninfo, autocommit=True) as conn:
-            built = rebuild_and_swap(
+            built = index_ops.rebuild(
                 conn,
                 conninfo,
                 replace(config, n_shards=shards),
-                alias=alias,
-                actor="schedule",
-                why=["schedule"],
-            )
+                caller=SCHEDULE,
+                swap_alias=alias,
+                reasons=["schedule"],
+            ).version_id
         return f"built {built}; {alias} -> {built}"
 
     return run
@@ -145,7 +125,21 @@ def scheduled_rebuild(conninfo: str, config: RebuildConfig, *, alias: str) -> Sc
 def _maintain(
     conn: psycopg.Connection, conninfo: str, config: RebuildConfig, policy: MaintenancePolicy
 ) -> TickResult:
-    purged = purge_expired(conn, older_than_seconds=policy.purge_after_seconds, actor="scheduler")
+    purged = purge_expired(conn, older_than_seconds=policy.purge_after_seconds, caller=SCHEDULER)
+    built, reasons = _rebuild_if_advised(conn, conninfo, config, policy)
+    collected = index_ops.collect_garbage(conn, grace_seconds=policy.gc_grace_seconds, caller=SCHEDULER)
+    collect_orphan_uploads(conn, upload_dir=policy.upload_dir, grace_seconds=policy.upload_gc_grace_seconds)
+    removed = audit.collect_garbage(conn, retention_seconds=policy.audit_retention_seconds)
+    if removed:
+        log.info("audit retention: removed %d entries", removed)
+    return TickResult(True, built, reasons, collected.deleted, audit_removed=removed, purged=purged)
+
+
+def _rebuild_if_advised(
+    conn: psycopg.Connection, conninfo: str, config: RebuildConfig, policy: MaintenancePolicy
+) -> tuple[str | None, tuple[str, ...]]:
+    """Rebuild and swap ``policy.alias`` when its thresholds pass or a purge left its files
+    stale, unless a model migration runs; returns the new version (or None) and the reasons."""
     live = indexes.resolve_alias(conn, alias=policy.alias)
     if live is not None and live.embedding_model != config.model_name:  # migrated: follow the alias
         config = replace(config, model_name=live.embedding_model)
@@ -156,28 +150,26 @@ def _maintain(
         delta_chunks=policy.delta_chunks,
         model=config.model_name,
     )
+    reasons = advice.reasons
     stale = live is not None and purge_repo.purged_since(conn, version_id=live.version_id)
     if stale:  # the live version's files may hold purged text (this tick's or an erasure's)
-        advice = replace(advice, needed=True, reasons=(*advice.reasons, "purge: live version predates it"))
-    built = None
+        reasons = (*reasons, "purge: live version predates it")
+    if not (advice.needed or stale):
+        return None, reasons
     migration = reembed_repo.active_migration(conn)
-    if advice.needed and migration is not None:  # rebuilds wait for the model migration
+    if migration is not None:  # rebuilds wait for the model migration
         log.info("scheduled rebuild deferred: model migration %s is running", migration.job_id)
-        advice = replace(advice, reasons=(*advice.reasons, f"deferred: migration {migration.job_id} running"))
-    elif advice.needed:
-        log.info("scheduled rebuild: %s", "; ".join(advice.reasons))
-        rebuild_then = rebuild_and_forget if stale else rebuild_and_swap
-        built = rebuild_then(
-            conn, conninfo, config, alias=policy.alias, actor="scheduler", why=list(advice.reasons)
+        return None, (*reasons, f"deferred: migration {migration.job_id} running")
+    log.info("scheduled rebuild: %s", "; ".join(reasons))
+    if stale:
+        built = index_ops.rebuild_and_forget(
+            conn, conninfo, config, alias=policy.alias, caller=SCHEDULER, reasons=reasons
         )
-    collected = index_admin.collect_garbage(
-        conn, grace_seconds=policy.gc_grace_seconds, actor="scheduler", via="scheduler"
-    ).deleted
-    collect_orphan_uploads(conn, upload_dir=policy.upload_dir, grace_seconds=policy.upload_gc_grace_seconds)
-    removed = audit.collect_garbage(conn, retention_seconds=policy.audit_retention_seconds)
-    if removed:
-        log.info("audit retention: removed %d entries", removed)
-    return TickResult(True, built, advice.reasons, tuple(collected), audit_removed=removed, purged=purged)
+        return built, reasons
+    rebuilt = index_ops.rebuild(
+        conn, conninfo, config, caller=SCHEDULER, swap_alias=policy.alias, reasons=reasons
+    )
+    return rebuilt.version_id, reasons
 
 
 class MaintenanceScheduler:
