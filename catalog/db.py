@@ -20,6 +20,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from catalog import audit
+from core import tracing
 from core.context import deadline_var
 from core.errors import ConfigError
 
@@ -202,7 +203,8 @@ def open_pool(
         open=False,
         kwargs=kwargs,
         timeout=timeout_s,
-        check=ConnectionPool.check_connection,
+        check=_check,
+        configure=tracing.trace_connection,  # statement spans, when tracing has them on
         reconnect_timeout=_RECONNECT_S,
     )
     try:
@@ -211,6 +213,12 @@ def open_pool(
         pool.close()
         raise ConfigError(f"cannot connect to PostgreSQL ({redact(conninfo)}): {exc}") from exc
     return pool
+
+
+def _check(conn: psycopg.Connection) -> None:
+    """The pool's checkout check (one empty query), never a statement span of its own."""
+    with tracing.untraced():
+        ConnectionPool.check_connection(conn)
 
 
 def redact(conninfo: str) -> str:

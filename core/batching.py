@@ -25,6 +25,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
+from core import tracing
 from core.errors import ConfigError, UnavailableError
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class _Request(Generic[T]):
     remaining: int
     submitted: float = field(default_factory=time.monotonic)
     future: Future[Any] = field(default_factory=Future)
+    # The submitting request's trace context (None when untraced): the batch's span joins it.
+    trace: Any = field(default_factory=tracing.waiting_context)
 
     def expired(self, now: float) -> bool:
         return self.future.done() or (self.deadline is not None and now > self.deadline)
@@ -228,15 +231,19 @@ class MicroBatcher(Generic[T, R]):
     def _execute(self, batch: list[_Unit[T]]) -> None:
         if self._on_batch is not None:
             self._on_batch(len(batch))
+        requests = list(dict.fromkeys(u.request for u in batch))
+        started_ns = time.time_ns()
         try:
             results = self._run_batch([u.request.items[u.index] for u in batch])
             if len(results) != len(batch):
                 raise RuntimeError(f"{self.name} returned {len(results)} results for {len(batch)} items")
         except Exception as exc:  # the worker must survive a failing batch; callers get the error
             log.exception("%s batch failed", self.name, extra={"items": len(batch)})
-            for request in {u.request for u in batch}:
+            self._trace(requests, started_ns, len(batch), failed=True)
+            for request in requests:
                 _resolve(request.future, exc=exc)
             return
+        self._trace(requests, started_ns, len(batch), failed=False)
         self.batches_run += 1
         for unit, value in zip(batch, results, strict=True):
             request = unit.request
@@ -244,6 +251,21 @@ class MicroBatcher(Generic[T, R]):
             request.remaining -= 1
             if request.remaining == 0:
                 _resolve(request.future, result=request.results[0] if request.single else request.results)
+
+    def _trace(self, requests: list[_Request[T]], started_ns: int, items: int, *, failed: bool) -> None:
+        parents = [r.trace for r in requests if r.trace is not None]
+        if parents:
+            tracing.batch_spans(
+                f"{self.name.replace(' ', '_')}.batch",
+                parents,
+                started_ns,
+                time.time_ns(),
+                **{
+                    "ragline.batch.items": items,
+                    "ragline.batch.requests": len(requests),
+                    "ragline.batch.failed": failed,
+                },
+            )
 
     def _fail_pending(self) -> None:
         with self._cond:

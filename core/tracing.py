@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.util.types import AttributeValue
 
 _tracer = trace.get_tracer("ragline")
@@ -62,6 +63,23 @@ def stage_span(stage: str, started: float, **attributes: AttributeValue) -> None
     _tracer.start_span(f"retrieve.{stage}", start_time=start_ns, attributes=attrs).end(end_time=end_ns)
 
 
+def waiting_context() -> context.Context | None:
+    """The current context when its span records: what a request hands a batcher it waits on,
+    so the batch shows in the request's trace (None, and nothing kept, when untraced)."""
+    return context.get_current() if recording() else None
+
+
+def batch_spans(
+    name: str, parents: Sequence[context.Context], start_ns: int, end_ns: int, **attributes: AttributeValue
+) -> None:
+    """One finished span per waiting request, child of its span, for a batch that served
+    several: a span has one parent, and each request's trace should show the batch its
+    items rode in (with the batch's size, so a slow batch of many explains a slow request)."""
+    for parent in parents:
+        batch = _tracer.start_span(name, context=parent, start_time=start_ns, attributes=attributes)
+        batch.end(end_time=end_ns)
+
+
 def set_attributes(attributes: Mapping[str, AttributeValue]) -> None:
     """Attributes on the current span (nothing when it does not record)."""
     current = trace.get_current_span()
@@ -91,6 +109,46 @@ def continued(name: str, headers: Mapping[str, str], **attributes: AttributeValu
         yield
 
 
+# Set by enable_database_spans: instruments a new connection (opentelemetry-instrumentation-psycopg).
+_instrument_connection: Callable[[Any], Any] | None = None
+
+
+def enable_database_spans() -> bool:
+    """A span per PostgreSQL statement on every connection opened from now on, through
+    ``opentelemetry-instrumentation-psycopg`` (the ``otel`` extra): the statement text with its
+    placeholders (``db.statement``), never its parameters. False when the package is absent."""
+    global _instrument_connection
+    try:
+        from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+    except ImportError:
+        log.warning("opentelemetry-instrumentation-psycopg is not installed: no PostgreSQL spans")
+        return False
+    _instrument_connection = PsycopgInstrumentor.instrument_connection
+    return True
+
+
+def disable_database_spans() -> None:
+    """Connections opened from now on get no statement spans (a process that turned tracing off)."""
+    global _instrument_connection
+    _instrument_connection = None
+
+
+def trace_connection(conn: Any) -> None:
+    """Give a new connection statement spans when they are on (a pool's ``configure`` hook)."""
+    if _instrument_connection is not None:
+        _instrument_connection(conn)
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """No instrumentation spans inside (a pool's health check would be a span per checkout)."""
+    token = context.attach(context.set_value(context._SUPPRESS_INSTRUMENTATION_KEY, True))
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
 def install_provider() -> None:
     """Install an SDK tracer provider configured by the ``OTEL_*`` variables: OTLP over HTTP
     (or ``OTEL_TRACES_EXPORTER=console``), batched; a provider already installed is kept."""
@@ -115,7 +173,34 @@ def install_provider() -> None:
     else:
         raise RuntimeError(f"OTEL_TRACES_EXPORTER={name!r}: ragline supports otlp (HTTP), console or none")
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "ragline")})
-    provider = TracerProvider(resource=resource)  # flushed and shut down at exit
+    # flushed and shut down at exit
+    provider = TracerProvider(resource=resource, sampler=_no_statement_roots())
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     log.info("tracing on: exporter %s", name)
+
+
+def _no_statement_roots() -> Any:
+    """The sampler ``OTEL_TRACES_SAMPLER`` names (parent-based always-on by default), except
+    that a statement span with no parent (a background thread's query: the index watcher,
+    the audit writer, the change probe) starts no trace of its own: statement spans show
+    inside the request or job that ran them. Ragline makes no other client spans."""
+    from opentelemetry.sdk.trace import sampling
+
+    configured = sampling._get_from_env_or_default()
+
+    class NoStatementRoots(sampling.Sampler):
+        def should_sample(
+            self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None
+        ):
+            parent = trace.get_current_span(parent_context).get_span_context()
+            if kind == trace.SpanKind.CLIENT and not parent.is_valid:
+                return sampling.SamplingResult(sampling.Decision.DROP)
+            return configured.should_sample(
+                parent_context, trace_id, name, kind, attributes, links, trace_state
+            )
+
+        def get_description(self) -> str:
+            return f"NoStatementRoots({configured.get_description()})"
+
+    return NoStatementRoots()

@@ -23,6 +23,7 @@ from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from catalog.documents import DocumentRow
 from catalog.jobs import ItemRow
+from core import tracing
 from core.errors import ParseError
 from core.records import Committable, Embedded, Failed, ItemRef, Outcome, Prepared, Unchanged
 from index.embedder import Embedder, EmbeddingSpec
@@ -168,11 +169,14 @@ def run_inline(
     for start in range(0, len(pending), ctx.batch_documents):
         batch = pending[start : start + ctx.batch_documents]
         check_lease(conn, ctx)  # between documents (commit batches)
-        outcomes = prepare_items(conn, ctx, batch, embedder.count_tokens, parser)
-        results = _embed_outcomes(
-            outcomes, embedder, batch_size=ctx.embed_batch, before_batch=lambda: check_lease(conn, ctx)
-        )
-        chunks = _commit_all(conn, ctx, results, dual)
+        with tracing.span("ingest.batch", **{"ragline.batch.documents": len(batch)}) as span:
+            outcomes = prepare_items(conn, ctx, batch, embedder.count_tokens, parser)
+            results = _embed_outcomes(
+                outcomes, embedder, batch_size=ctx.embed_batch, before_batch=lambda: check_lease(conn, ctx)
+            )
+            chunks = _commit_all(conn, ctx, results, dual)
+            if span is not None:
+                span.set_attribute("ragline.batch.chunks", chunks)
         if on_progress:
             on_progress(len(batch), chunks)
 
@@ -392,7 +396,12 @@ def run_on_ray(
     try:
         for batch in batches:
             placement = placement.add(batch)
-            chunks = _commit_all(conn, ctx, batch.results, dual)
+            # Prepared and embedded by the actors; the driver's span is the batch's commit.
+            attributes = {"ragline.batch.documents": len(batch.results), "ragline.batch.ray": True}
+            with tracing.span("ingest.batch", **attributes) as span:
+                chunks = _commit_all(conn, ctx, batch.results, dual)
+                if span is not None:
+                    span.set_attribute("ragline.batch.chunks", chunks)
             if on_progress:
                 on_progress(len(batch.results), chunks)
     finally:

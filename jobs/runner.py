@@ -23,6 +23,7 @@ import psycopg
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from catalog import jobs as jobs_repo
+from core import tracing
 from index.embedder import Embedder, EmbeddingSpec
 from ingest.isolation import IsolationConfig, Parser
 from ingest.parse_pool import make_parser
@@ -234,6 +235,7 @@ class IngestRunner:
     ) -> str | None:
         """Run one job to its end; returns the final state (None if another worker holds it)."""
         with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
+            tracing.trace_connection(conn)  # statement spans inside a traced job
             claimed = jobs_repo.claim_job(
                 conn, job_id=job_id, owner=self.owner, lease_seconds=self.config.lease_seconds, force=force
             )
@@ -253,7 +255,9 @@ class IngestRunner:
             log.info("job %s was cancelled before it ran here", job_id)
         else:
             try:
-                self._execute(conn, self._context(job), on_progress)
+                attributes = {"ragline.job.id": str(job_id), "ragline.job.kind": job.kind}
+                with tracing.continued("ingest.job", job.params.get("trace") or {}, **attributes):
+                    self._execute(conn, self._context(job), on_progress)
             except Cancelled:
                 log.info("job %s cancelled", job_id)
             except LeaseLost:

@@ -93,6 +93,9 @@ class RerankConfig:
 class SearchConfig:
     fusion: FusionConfig
     rerank: RerankConfig
+    # The query text on the ``retrieve`` span: only where query-text storage is on (the audit
+    # keeps it then too); otherwise no span attribute holds it.
+    trace_query_text: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +159,7 @@ class SearchService:
         self.watcher, self.state, self.read_pool = watcher, watcher.state, read_pool
         self.searcher, self.embedders, self.counter, self.reranker = searcher, embedders, counter, reranker
         self.fusion, self.rerank_config = config.fusion, config.rerank
+        self.trace_query_text = config.trace_query_text
 
     # --- the index behind it, for the health and admin routes ------------------------------
     def readiness(self) -> str:
@@ -205,9 +209,13 @@ class SearchService:
 
         Stages: freshness, ACL masks, candidates, fusion, details (the ACL re-checked in SQL),
         rerank (optional), packing. Traced (when tracing is on) as a ``retrieve`` span with a
-        child span per stage: the mode, counts and index version, never the query.
+        child span per stage: the mode, counts and index version; the query only where
+        query-text storage is on (``SearchConfig.trace_query_text``).
         """
-        with tracing.span("retrieve", **{"ragline.mode": req.mode, "ragline.top_k": req.top_k}):
+        attributes: dict[str, str | int] = {"ragline.mode": req.mode, "ragline.top_k": req.top_k}
+        if self.trace_query_text:
+            attributes["ragline.query"] = req.query
+        with tracing.span("retrieve", **attributes):
             result = self._retrieve(req, acl, catalog_position)
             tracing.set_attributes(
                 {"ragline.index_version": result.index_version, "ragline.results": len(result.results)}

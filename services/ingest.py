@@ -32,7 +32,7 @@ from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
 from catalog.jobs import NewItem
-from core import metrics
+from core import metrics, tracing
 from core.errors import QueueFullError
 from core.records import Acl
 from services.caller import Caller, JobSubmitter
@@ -124,6 +124,8 @@ def queue_ingest(
                 "coalesce": bool(policy.coalesce_max_documents),
                 "pushed_by": caller.actor,
             }
+            if carried := tracing.carrier():  # the job's spans continue the pushing request's trace
+                job_params["trace"] = carried
             job_id = jobs_repo.create_job(
                 conn, tenant_id=tenant_id, kind="ingest", items=items, params=job_params
             )

@@ -69,6 +69,7 @@ def build_search_service(
     config = SearchConfig(
         fusion_config(settings),
         RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
+        trace_query_text=settings.audit.store_query_text,
     )
     service = SearchService(
         watcher=watcher,

@@ -6,8 +6,11 @@ On when ``RAGLINE_TRACING__ENABLED=true`` or the standard variables ask for trac
 is OTLP over HTTP (``opentelemetry-exporter-otlp-proto-http``, which reads its endpoint, headers
 and timeout from the ``OTEL_EXPORTER_OTLP_*`` variables) or ``console``; the resource from
 ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (service name ``ragline`` by default);
-sampling from ``OTEL_TRACES_SAMPLER``. A process that already has an SDK tracer provider
-(``opentelemetry-instrument``, an application embedding ragline, a test) keeps it.
+sampling from ``OTEL_TRACES_SAMPLER`` (a statement outside any traced request or job starts no
+trace). PostgreSQL statements get spans through ``opentelemetry-instrumentation-psycopg`` on
+every pooled connection: the statement with its placeholders, never its parameters. A process
+that already has an SDK tracer provider (``opentelemetry-instrument``, an application
+embedding ragline, a test) keeps it.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ def tracing_enabled(settings: Settings, environ: Mapping[str, str] | None = None
 def configure_tracing(settings: Settings) -> bool:
     """Install the process's tracer provider when tracing is on; True when it is on."""
     if not tracing_enabled(settings):
+        tracing.disable_database_spans()
         return False
     tracing.install_provider()
+    tracing.enable_database_spans()
     return True
 
 

@@ -77,13 +77,18 @@ def test_one_trace_per_request_with_a_span_per_stage(
     resp = traced_client.post("/v1/retrieve", json={"query": QUERY}, headers=_auth(reader))
     assert resp.status_code == 200, resp.text
     assert resp.json()["results"][0]["document_external_id"] == "keys"
-    spans = exporter.get_finished_spans()
-    servers = [s for s in spans if s.kind == SpanKind.SERVER]
+    finished = exporter.get_finished_spans()
+    servers = [s for s in finished if s.kind == SpanKind.SERVER]
     assert len(servers) == 1, [(s.name, s.instrumentation_scope.name) for s in servers]
     server = servers[0]
+    # The test's provider samples everything: a background thread's statements (the index
+    # watcher's) root traces of their own here, where ragline's own provider drops them.
+    spans = tuple(s for s in finished if s.context.trace_id == server.context.trace_id)
+    assert not [
+        s for s in finished if s.context.trace_id != server.context.trace_id and s.kind != SpanKind.CLIENT
+    ]
     assert server.name == "POST /v1/retrieve"
     assert server.attributes is not None and server.attributes["http.response.status_code"] == 200
-    assert {s.context.trace_id for s in spans} == {server.context.trace_id}  # one trace
     (retrieve,) = [s for s in spans if s.name == "retrieve"]
     assert retrieve.parent is not None and retrieve.parent.span_id == server.context.span_id
     assert retrieve.attributes is not None
@@ -96,6 +101,24 @@ def test_one_trace_per_request_with_a_span_per_stage(
         assert retrieve.start_time is not None and retrieve.end_time is not None
         assert retrieve.start_time <= stage.start_time + 1_000_000  # within the parent (1 ms clock slack)
         assert stage.end_time <= retrieve.end_time + 1_000_000
+    # The query embedder's batch joins the trace of each request it served, with its size.
+    batches = [s for s in spans if s.name == "query_embedder.batch"]
+    assert len(batches) == 1 and batches[0].attributes is not None
+    assert (
+        batches[0].attributes["ragline.batch.items"] == 1
+        and batches[0].attributes["ragline.batch.requests"] == 1
+    )
+    assert batches[0].parent is not None and batches[0].parent.span_id in {
+        retrieve.context.span_id,
+        server.context.span_id,
+    }
+    # PostgreSQL statements of the request, as CLIENT spans in its trace: text, no parameters.
+    statements = [
+        s for s in spans if s.kind == SpanKind.CLIENT and s.attributes and "db.statement" in s.attributes
+    ]
+    assert statements, sorted({s.name for s in spans})
+    assert all(s.attributes is not None and s.attributes.get("db.system") == "postgresql" for s in statements)
+    assert not any("db.statement.parameters" in (s.attributes or {}) for s in statements)
     text = _attribute_text(spans)
     for secret in ("rotate", "signing", PRINCIPAL, "vault", reader):
         assert secret.lower() not in text
@@ -154,3 +177,41 @@ def test_tracing_is_off_unless_configured(tmp_path: Path) -> None:
     on = Settings(data_dir=tmp_path, tracing={"enabled": True})  # type: ignore[arg-type]
     assert tracing_enabled(on, {})
     assert not tracing_enabled(on, {"OTEL_SDK_DISABLED": "true"})
+
+
+def test_an_ingest_job_continues_the_push_trace(
+    traced_client: TestClient, db_url: str, exporter: InMemorySpanExporter
+) -> None:
+    """The job a push queued runs in the push's trace: an ``ingest.job`` span, a span per
+    batch under it with its counts, and the job's PostgreSQL statements; no document text."""
+    exporter.clear()
+    _ingest(traced_client, db_url)
+    finished = exporter.get_finished_spans()
+    (push,) = [s for s in finished if s.kind == SpanKind.SERVER and s.name == "POST /v1/documents"]
+    trace_spans = [s for s in finished if s.context.trace_id == push.context.trace_id]
+    (job,) = [s for s in trace_spans if s.name == "ingest.job"]
+    assert job.attributes is not None and job.attributes["ragline.job.kind"] == "ingest"
+    batches = [s for s in trace_spans if s.name == "ingest.batch"]
+    assert batches and all(b.parent is not None and b.parent.span_id == job.context.span_id for b in batches)
+    assert sum(int((b.attributes or {})["ragline.batch.documents"]) for b in batches) == len(DOCS)
+    assert all(int((b.attributes or {})["ragline.batch.chunks"]) >= 1 for b in batches)
+    assert any(s.kind == SpanKind.CLIENT for s in trace_spans)  # the job's statements
+    text = _attribute_text(tuple(trace_spans))
+    assert "vault" not in text and "fish and chips" not in text
+
+
+def test_the_query_is_on_the_span_only_where_its_storage_is_on(
+    db_url: str,
+    tmp_path: Path,
+    embedder,
+    exporter: InMemorySpanExporter,  # type: ignore[no-untyped-def]
+) -> None:
+    settings = full_settings(db_url, tmp_path, tracing={"enabled": True}, audit={"store_query_text": True})
+    for client in serving_client(settings, embedder):
+        _ingest(client, db_url)
+        reader = make_key(db_url, "acme", ["query"], principal=PRINCIPAL)
+        exporter.clear()
+        assert client.post("/v1/retrieve", json={"query": QUERY}, headers=_auth(reader)).status_code == 200
+        (retrieve,) = [s for s in exporter.get_finished_spans() if s.name == "retrieve"]
+        assert retrieve.attributes is not None and retrieve.attributes["ragline.query"] == QUERY
+        assert PRINCIPAL not in _attribute_text(exporter.get_finished_spans())
