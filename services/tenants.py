@@ -5,7 +5,7 @@ Purge on delete: the bytes of deleted and superseded document versions leave the
 and, through a rebuild, the index files. Hidden versions are invisible to every search from
 the transaction that hid them; their bytes stay for ``retention.purge_after_seconds`` (the
 window in which in-flight reads finish and an operator may still roll ``live`` back), then
-the maintenance tick purges them (``jobs.scheduler.purge_expired``). :func:`erase_document`
+the maintenance tick purges them (``services.maintenance.purge_expired``). :func:`erase_document`
 does it at once for one document (an erasure request, ``ragline purge``): a rebuild then
 swaps ``live`` to a version built without it and forgets the rollback target (its files hold
 the purged text), so GC deletes the older versions after ``index.gc_grace_seconds``.
@@ -29,9 +29,9 @@ from catalog.fusion import FusionOverride
 from catalog.purge import PurgeCounts
 from core.errors import InvalidInputError, NotFoundError
 from jobs.rebuild_job import RebuildConfig
-from jobs.scheduler import rebuild_and_forget
 from retrieve.service import FusionConfig
 from services.caller import Caller
+from services.index import rebuild_and_forget
 
 __all__ = [
     "AuditRow",
@@ -197,7 +197,7 @@ def erase_document(
     active, counts = _purge_now(conn, caller, tenant_id=tenant_id, external_id=external_id)
     rebuilt = None
     if config is not None and indexes.resolve_alias(conn, alias=alias) is not None:
-        rebuilt = rebuild_and_forget(conn, conninfo, config, alias=alias, actor=caller.actor, why=["purge"])
+        rebuilt = rebuild_and_forget(conn, conninfo, config, alias=alias, caller=caller, reasons=["purge"])
     if compact:
         purge_repo.compact(conn)
     return Erasure(external_id, active, counts, rebuilt, compact)
