@@ -7,8 +7,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from catalog.fusion import FusionOverride
 from core.settings import get_settings
+from services.tenants import FusionOverride
 
 
 def register(sub: argparse._SubParsersAction) -> None:

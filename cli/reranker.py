@@ -33,10 +33,10 @@ def _mined_docs(tenant: str) -> list[tuple[str, str]]:
     import psycopg
 
     from catalog.connect import database_url
-    from catalog.documents import heading_passage_pairs
+    from services.tenants import training_pairs
 
     with psycopg.connect(database_url(get_settings())) as conn:
-        return [(q, t) for q, t in heading_passage_pairs(conn, tenant_id=tenant) if q.strip()]
+        return training_pairs(conn, tenant_id=tenant)
 
 
 def _train(args: argparse.Namespace) -> int:

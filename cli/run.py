@@ -20,32 +20,40 @@ TENANT = "demo"
 
 
 def _dev_keys(url: str, settings: Settings) -> dict[str, str]:
-    """Reuse the keys of an earlier run when they still work, else create them."""
+    """Reuse the keys of an earlier run when they still work, else create them (audited, as
+    ``ragline keys create`` is)."""
     import psycopg
 
-    from authz.api_keys import create_key, hash_token, parse_token
-    from catalog import principals as repo
+    from cli.output import operator
+    from services import access
+    from services.caller import Caller
 
     path = settings.data_dir / "dev-keys.json"
+    caller = Caller(operator(), "cli")
     with psycopg.connect(url) as conn:
         if path.exists():
             keys = json.loads(path.read_text())
-            rows = [repo.get_key(conn, key_id=parse_token(t) or "") for t in keys.values()]
-            if all(
-                r and r.revoked_at is None and r.key_hash == hash_token(t)
-                for r, t in zip(rows, keys.values(), strict=True)
-            ):
+            if access.tokens_valid(conn, list(keys.values())):
                 return dict(keys)
+
+        def key(roles: list[str], name: str, principal: str | None = None) -> str:
+            issued = access.create_key(
+                conn,
+                caller,
+                access.LOCAL_OPERATOR,
+                tenant_id=TENANT,
+                roles=roles,
+                principal_id=principal,
+                name=name,
+            )
+            return issued.token
+
         keys = {
-            "query": create_key(
-                conn, tenant_id=TENANT, roles=["query"], principal_id="user:demo", name="dev query key"
-            ).token,
-            "ingest": create_key(conn, tenant_id=TENANT, roles=["ingest"], name="dev ingest key").token,
-            "admin": create_key(
-                conn, tenant_id=TENANT, roles=["admin", "operator"], name="dev admin key"
-            ).token,
+            "query": key(["query"], "dev query key", "user:demo"),
+            "ingest": key(["ingest"], "dev ingest key"),
+            "admin": key(["admin", "operator"], "dev admin key"),
         }
-        repo.replace_groups(conn, tenant_id=TENANT, principal_id="user:demo", groups=["group:eng"])
+        access.sync_groups(conn, caller, tenant_id=TENANT, principal_id="user:demo", groups=["group:eng"])
     path.write_text(json.dumps(keys, indent=2))
     path.chmod(0o600)
     return keys

@@ -154,6 +154,16 @@ def revoke_key(conn: psycopg.Connection, caller: Caller, authority: Authority, *
     return row
 
 
+def tokens_valid(conn: psycopg.Connection, tokens: Sequence[str]) -> bool:
+    """Whether every token names an active key whose secret it holds (``ragline run`` reusing
+    the dev keys of an earlier run)."""
+    for token in tokens:
+        row = repo.get_key(conn, key_id=api_keys.parse_token(token) or "")
+        if row is None or row.revoked_at is not None or row.key_hash != api_keys.hash_token(token):
+            return False
+    return True
+
+
 def list_keys(conn: psycopg.Connection, *, tenant_id: str | None) -> list[KeyRow]:
     """The keys of ``tenant_id`` (None: every tenant's), oldest first; rows carry the hash,
     which no adapter renders."""

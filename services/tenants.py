@@ -246,3 +246,11 @@ def audit_entries(
     return audit.entries(
         conn, since=since, principal=principal, action=action, tenant_id=tenant_id, limit=limit
     )
+
+
+def training_pairs(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple[str, str]]:
+    """(query-like text, passage) from the tenant's live chunks, the heading path or title
+    standing for the query: what ``ragline reranker train --mine`` learns from."""
+    from catalog.documents import heading_passage_pairs
+
+    return [(q, t) for q, t in heading_passage_pairs(conn, tenant_id=tenant_id) if q.strip()]

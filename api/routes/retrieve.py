@@ -19,11 +19,11 @@ from api.deps import AdmittedQuery, KeyAuthDep, ObserverDep, OptionalSearchDep
 from api.errors import error_responses
 from api.schemas import FiltersIn, FusionIn, RetrieveInBase, RetrieveLimits, RetrieveOut, retrieve_in_model
 from authz.acl import DocumentFilters
-from catalog.fusion import FusionOverride
 from core.context import request_id_var
 from core.errors import UnavailableError
 from retrieve.service import RetrieveRequest, RetrieveResult, SearchService
 from services.search import retrieve_as
+from services.tenants import FusionOverride
 
 T = TypeVar("T")
 

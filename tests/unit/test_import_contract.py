@@ -45,9 +45,13 @@ def _fake_tree(root: Path, extra: dict[str, str]) -> Path:
         (root / package / "__init__.py").write_text("")
     (root / "api" / "routes").mkdir()
     (root / "api" / "routes" / "__init__.py").write_text("")
-    for module, source in extra.items():
+    modules = _contract_modules(contract)
+    for module, source in [*modules.items(), *extra.items()]:
         path = root / Path(*module.split(".")).with_suffix(".py")
-        path.write_text(source)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not (path.parent / "__init__.py").exists():
+            (path.parent / "__init__.py").write_text("")
+        path.write_text(source or (path.read_text() if path.exists() else ""))
     config = root / "pyproject.toml"
     lines = [
         "[tool.importlinter]",
@@ -56,9 +60,31 @@ def _fake_tree(root: Path, extra: dict[str, str]) -> Path:
     ]
     for c in contract["contracts"]:
         lines.append("[[tool.importlinter.contracts]]")
-        lines += [f"{k} = {v!r}".replace("'", '"') for k, v in c.items()]
+        lines += [f"{k} = {_toml(v)}" for k, v in c.items()]
     config.write_text("\n".join(lines) + "\n")
     return config
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value).replace("'", '"')
+
+
+def _contract_modules(contract: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    """The modules the forbidden contract names (they must exist for lint-imports), with the
+    imports its ignore list names in them."""
+    out: dict[str, str] = {}
+    for c in contract["contracts"]:
+        if c.get("type") != "forbidden":
+            continue
+        for module in c["forbidden_modules"]:
+            out.setdefault(module, "")
+        for line in c.get("ignore_imports", []):
+            importer, imported = (part.strip() for part in line.split("->"))
+            out[importer] = out.get(importer, "") + f"import {imported}\n"
+            out.setdefault(imported, "")
+    return out
 
 
 def test_the_tree_keeps_the_contract() -> None:
@@ -108,3 +134,20 @@ def test_no_installed_package_imports_the_benchmarks(tmp_path: Path, importer: s
     result = _lint(tmp_path, config)
     assert result.returncode != 0
     assert f"{importer} -> bench" in result.stdout
+
+
+def test_a_route_writing_the_catalog_directly_breaks_the_contract(tmp_path: Path) -> None:
+    # Routes and commands are adapters: the catalog's writes are reached through services/.
+    config = _fake_tree(tmp_path, {"api.routes.documents": "from catalog import documents\n"})
+    result = _lint(tmp_path, config)
+    assert result.returncode != 0
+    assert "api.routes.documents -> catalog.documents" in result.stdout
+
+
+def test_through_the_use_case_layer_is_kept(tmp_path: Path) -> None:
+    config = _fake_tree(
+        tmp_path,
+        {"services.ingest": "from catalog import documents\n", "cli.jobs": "from services import ingest\n"},
+    )
+    result = _lint(tmp_path, config)
+    assert result.returncode == 0, result.stdout + result.stderr
