@@ -23,3 +23,4 @@ catalog's write modules: they come here). A new operation goes in the module of 
   rebuild, GC) and its thread;
 - ``search``: retrieve as a principal and the retrieve audit's shape; ``explain``: the
   console's search-as and explain; ``status``: the deployment status and its records.
+"""
