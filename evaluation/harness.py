@@ -8,6 +8,7 @@ document's score is the best (or the sum) of its chunks' scores.
 
 from __future__ import annotations
 
+import getpass
 import statistics
 import sys
 import time
@@ -20,12 +21,9 @@ from psycopg_pool import ConnectionPool
 
 from authz.acl import AclFilter
 from catalog import indexes
-from catalog import jobs as jobs_repo
 from catalog.connect import migrated_url
 from catalog.fusion import FusionOverride
-from catalog.jobs import NewItem
 from catalog.maintenance import live_leaf_count
-from catalog.principals import ensure_tenant
 from core.beir import BeirCollection, load_beir
 from core.ir_metrics import doc_scores_from_chunks, evaluate_run
 from core.progress import Progress
@@ -37,6 +35,8 @@ from jobs.rebuild_job import rebuild, rebuild_advice
 from jobs.runner import IngestRunner
 from ragline_client.models import canonical_mode
 from retrieve.service import Mode, RetrieveRequest, SearchService
+from services.caller import Caller
+from services.ingest import NewItem, queue_ingest
 from wiring import build_search_service, make_runner, rebuild_config
 
 # The API's mode names, each with whether the cross-encoder reranks its candidates.
@@ -75,11 +75,11 @@ def ingest_collection(
         )
         for d in collection.iter_corpus()
     ]
-    with psycopg.connect(url) as conn:
-        ensure_tenant(conn, tenant_id=tenant)
-        job_id = jobs_repo.create_job(
-            conn, tenant_id=tenant, kind="ingest", items=items, params={"eval": str(collection.root)}
-        )
+    caller = Caller(f"operator:{getpass.getuser()}", "eval")
+    with psycopg.connect(url) as conn:  # queued (and audited) as any ingest is
+        job_id = queue_ingest(
+            conn, tenant_id=tenant, caller=caller, items=items, params={"eval": str(collection.root)}
+        ).job_id
     progress = Progress(len(items))
     state = runner.run_job(job_id, on_progress=progress)
     progress.close()
