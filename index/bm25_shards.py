@@ -165,7 +165,9 @@ class LexicalShard:
         lengths = np.array([len(tokens) for tokens in corpus], dtype=np.int32)
         return cls(bm25, row_ids, tokenizer_config, k1=k1, b=b, method=method, doc_lengths=lengths)
 
-    def stats(self, query: str, *, within: np.ndarray | None = None) -> LexicalStats:
+    def stats(
+        self, query: str, *, within: np.ndarray | None = None, language: str | None = None
+    ) -> LexicalStats:
         """This segment's share of the collection statistics for ``query``'s terms, over the
         positions of ``within`` (a bool mask: one tenant's chunks) or all of them.
 
@@ -184,7 +186,7 @@ class LexicalShard:
         if self._bm25 is not None:
             vocab = self._bm25.vocab_dict
             indices, indptr = self._bm25.scores["indices"], self._bm25.scores["indptr"]
-            for term in set(self.tokenizer.tokenize(query)):
+            for term in set(self.tokenizer.tokenize(query, language)):
                 token_id = vocab.get(term)
                 if token_id is None:
                     continue
@@ -196,7 +198,13 @@ class LexicalShard:
         return LexicalStats(n_docs, length, df)
 
     def search(
-        self, query: str, k: int, *, allowed: np.ndarray | None, stats: LexicalStats | None = None
+        self,
+        query: str,
+        k: int,
+        *,
+        allowed: np.ndarray | None,
+        stats: LexicalStats | None = None,
+        language: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k BM25 search restricted to allowed positions.
 
@@ -220,7 +228,7 @@ class LexicalShard:
         empty = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
         if self._bm25 is None:
             return empty
-        terms = [t for t in self.tokenizer.tokenize(query) if t in self._bm25.vocab_dict]
+        terms = [t for t in self.tokenizer.tokenize(query, language) if t in self._bm25.vocab_dict]
         token_ids = [self._bm25.vocab_dict[t] for t in terms]
         if not token_ids:
             return empty

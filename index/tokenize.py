@@ -115,11 +115,14 @@ class Tokenizer:
     language: str = "english"
     multilingual: bool = False
 
-    def tokenize(self, text: str) -> list[str]:
+    def tokenize(self, text: str, language: str | None = None) -> list[str]:
         """Split ``text`` into index terms.
 
         Args:
             text: any Unicode text.
+            language: an ISO 639-1 code of ``SNOWBALL`` to analyze it as instead of detecting
+                (a query's ``language``); only where the analysis is ``multilingual``: an
+                English-only index has nothing else to match.
 
         Returns:
             The terms, duplicates kept (BM25 needs term frequencies): words in text order,
@@ -130,7 +133,8 @@ class Tokenizer:
             return self._words(_WORD.findall(lowered), self.language)
         bigrams = [gram for run in _CJK.findall(lowered) for gram in _bigrams(run)]
         words = _WORD.findall(_CJK.sub(" ", lowered))
-        return self._words(words, self._detect(text, len(words))) + bigrams
+        chosen = SNOWBALL.get(language) if language else None
+        return self._words(words, chosen or self._detect(text, len(words))) + bigrams
 
     def _words(self, words: list[str], language: str) -> list[str]:
         if self.stop_words and language == self.language:

@@ -68,6 +68,8 @@ class ShardQuery:
     vector: np.ndarray | None  # None: no dense list
     text: str | None  # None: no lexical list
     k: int
+    # The query's language (ISO 639-1) for lexical analysis, None: detected.
+    language: str | None = None
     # The query terms' statistics summed over every server's segments (the fan-out's first
     # round), so lexical scores compare across servers exactly as they do in one process.
     stats: LexicalStats | None = None
@@ -130,11 +132,14 @@ class ShardServer:
             self.state, planner=config.planner, pool=self.executor, stage_timeout_s=config.stage_timeout_s
         )
 
-    def lexical_stats(self, text: str, position: int, tenant_id: str) -> LexicalStats:
+    def lexical_stats(
+        self, text: str, position: int, tenant_id: str, language: str | None = None
+    ) -> LexicalStats:
         """This group's share of the tenant's collection statistics for ``text`` (the delta
         counts once, on group 0, the only server that loads it)."""
         self.watcher.catch_up_to(position)
-        return self.searcher.lexical_stats(self.state.current, text, tenant_id=tenant_id)
+        current = self.state.current
+        return self.searcher.lexical_stats(current, text, tenant_id=tenant_id, language=language)
 
     def search(self, query: ShardQuery) -> ShardAnswer:
         with tracing.continued("shard.search", query.trace, **{"ragline.shard_group": self.config.group}):
@@ -156,7 +161,9 @@ class ShardServer:
         lexical: list[Hit] = []
         if query.text is not None:
             t = time.perf_counter()
-            lexical = self.searcher.lexical(snap, masks, query.text, query.k, slog, query.stats)
+            lexical = self.searcher.lexical(
+                snap, masks, query.text, query.k, slog, query.stats, query.language
+            )
             slog.time("lexical", t)
         return ShardAnswer(snap.version_id, dense, lexical, slog.degraded, slog.plans)
 
@@ -249,7 +256,8 @@ class ShardFanout:
         servers = list(enumerate(self.servers))
         query = replace(query, trace=tracing.carrier())  # the servers continue this trace
         if query.text is not None:
-            stats, failed = self._global_stats(query.text, query.position, query.acl.tenant_id)
+            tenant = query.acl.tenant_id
+            stats, failed = self._global_stats(query.text, query.position, tenant, query.language)
             query = replace(query, stats=stats)
             for i, reason in failed.items():  # a server that failed round one is not asked again
                 degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
@@ -274,17 +282,28 @@ class ShardFanout:
             degraded,
         )
 
-    def _global_stats(self, text: str, position: int, tenant_id: str) -> tuple[LexicalStats, dict[int, str]]:
+    def _global_stats(
+        self, text: str, position: int, tenant_id: str, language: str | None = None
+    ) -> tuple[LexicalStats, dict[int, str]]:
         """Round one of a lexical query: every server's statistics of the tenant for its
         segments, summed, and the servers that did not answer (by index, with the error's name)."""
-        got = self._gather([s.lexical_stats.remote(text, position, tenant_id) for s in self.servers])
+        got = self._gather(
+            [s.lexical_stats.remote(text, position, tenant_id, language) for s in self.servers]
+        )
         failed = {i: type(x).__name__ for i, x in enumerate(got) if isinstance(x, Exception)}
         return LexicalStats.total([x for x in got if not isinstance(x, Exception)]), failed
 
     def lists(
-        self, *, acl: AclFilter, position: int, vector: np.ndarray | None, text: str | None, k: int
+        self,
+        *,
+        acl: AclFilter,
+        position: int,
+        vector: np.ndarray | None,
+        text: str | None,
+        k: int,
+        language: str | None = None,
     ) -> RemoteLists:
-        got = self.search(ShardQuery(acl, position, vector, text, k))
+        got = self.search(ShardQuery(acl, position, vector, text, k, language))
         return RemoteLists(got.dense, got.lexical, got.degraded)
 
     def shard_stats(self) -> list[ShardStats]:

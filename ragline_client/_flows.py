@@ -199,6 +199,7 @@ def retrieve(
     expand: Literal["none", "parent"],
     as_principal: str | None,
     fusion: FusionIn | Mapping[str, Any] | None = None,
+    language: str | None = None,
 ) -> Flow[RetrieveOut]:
     # Unset limits are left out so the server's configured defaults apply.
     body: dict[str, Any] = {"query": query, "mode": mode, "expand": expand}
@@ -206,6 +207,8 @@ def retrieve(
     body |= {k: v for k, v in optional.items() if v is not None}
     if as_principal is not None:
         body["as_principal"] = as_principal
+    if language is not None:
+        body["language"] = language
     if filters is not None:
         parsed = filters if isinstance(filters, FiltersIn) else FiltersIn.model_validate(filters)
         body["filters"] = parsed.model_dump(mode="json", exclude_defaults=True)

@@ -195,12 +195,14 @@ class Client:
         expand: Expand = "none",
         as_principal: str | None = None,
         fusion: FusionIn | Mapping[str, Any] | None = None,
+        language: str | None = None,
     ) -> RetrieveOut:
         """Permission-filtered retrieval; limits left ``None`` take the server's defaults.
 
         ``fusion`` (e.g. ``{"method": "convex", "weights": {"dense": 0.7, "lexical": 0.3}}``)
         overrides the tenant's fusion defaults field by field; the answer's ``fusion`` names
-        the one used."""
+        the one used. ``language`` (ISO 639-1, e.g. ``"de"``) analyzes the query as that
+        language where the deployment is multilingual, instead of detecting it."""
         return self._run(
             flows.retrieve(
                 query,
@@ -212,6 +214,7 @@ class Client:
                 expand=expand,
                 as_principal=as_principal,
                 fusion=fusion,
+                language=language,
             )
         )
 
@@ -385,6 +388,7 @@ class AsyncClient:
         expand: Expand = "none",
         as_principal: str | None = None,
         fusion: FusionIn | Mapping[str, Any] | None = None,
+        language: str | None = None,
     ) -> RetrieveOut:
         return await self._run(
             flows.retrieve(
@@ -397,6 +401,7 @@ class AsyncClient:
                 expand=expand,
                 as_principal=as_principal,
                 fusion=fusion,
+                language=language,
             )
         )
 

@@ -381,6 +381,8 @@ def canonical_mode(value: object) -> object:
 
 
 SearchMode = Annotated[Literal["hybrid", "dense", "lexical"], BeforeValidator(canonical_mode)]
+# The languages lexical analysis can stem (ISO 639-1; the server's index.tokenize.SNOWBALL).
+QueryLanguage = Literal["en", "de", "fr", "es", "it", "nl", "pt", "sv", "da", "no", "fi", "ru"]
 
 
 FusionWeight = Annotated[float, Field(strict=True, ge=0.0, le=1000.0, allow_inf_nan=False)]
@@ -452,6 +454,12 @@ class RetrieveInBase(Strict):
     expand: Literal["none", "parent"] = "none"
     as_principal: PrincipalId | None = None
     fusion: FusionIn | None = None
+    language: QueryLanguage | None = Field(
+        None,
+        description="the query's language for lexical analysis (ISO 639-1), where the deployment"
+        " analyzes text per language (RAGLINE_INDEX__LEXICAL_MULTILINGUAL); otherwise detected, and"
+        " short queries fall back to English",
+    )
 
 
 class FeedbackIn(Strict):

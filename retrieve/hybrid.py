@@ -194,7 +194,9 @@ class HybridSearcher:
             Hit(int(rows[p]), float(s), "dense") for s, p in zip(scores[0], pos[0], strict=True) if p >= 0
         ]
 
-    def lexical_stats(self, snap: ServingIndex, query: str, *, tenant_id: str) -> LexicalStats:
+    def lexical_stats(
+        self, snap: ServingIndex, query: str, *, tenant_id: str, language: str | None = None
+    ) -> LexicalStats:
         """The query terms' collection statistics over the tenant's visible chunks in the
         snapshot's shards and delta: per tenant, so no score depends on another tenant's
         text, and over visible chunks only, so a document scores the same in the delta and,
@@ -202,10 +204,11 @@ class HybridSearcher:
         shard_masks, delta_mask = self._tenant_masks.get(self.state, snap, tenant_id)
         shards = snap.version.shards if snap.version else ()
         parts = [
-            shard.lexical.stats(query, within=mask) for shard, mask in zip(shards, shard_masks, strict=True)
+            shard.lexical.stats(query, within=mask, language=language)
+            for shard, mask in zip(shards, shard_masks, strict=True)
         ]
         if snap.delta.lexical is not None:
-            parts.append(snap.delta.lexical.stats(query, within=delta_mask))
+            parts.append(snap.delta.lexical.stats(query, within=delta_mask, language=language))
         return LexicalStats.total(parts)
 
     def lexical(
@@ -216,6 +219,7 @@ class HybridSearcher:
         k: int,
         log: StageLog,
         stats: LexicalStats | None = None,
+        language: str | None = None,
     ) -> list[Hit]:
         """BM25 over every shard and the delta, all scored with one set of collection
         statistics (summed over the segments for the query's terms), so a document scores
@@ -224,11 +228,11 @@ class HybridSearcher:
         decide what is returned, never how it scores, and tenants never see each other's
         terms. ``stats`` are given when this snapshot holds only some of the segments (a
         shard server: the fan-out sums every server's ``lexical_stats`` first)."""
-        stats = stats or self.lexical_stats(snap, query, tenant_id=masks.tenant_id)
+        stats = stats or self.lexical_stats(snap, query, tenant_id=masks.tenant_id, language=language)
         tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
             (
                 f"shard{shard.shard}",
-                partial(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask, stats),
+                partial(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask, stats, language),
             )
             for shard, mask, allowed in zip(
                 snap.version.shards if snap.version else (), masks.shards, masks.shard_counts, strict=True
@@ -237,14 +241,21 @@ class HybridSearcher:
         ]
         parts = self._fan_out("lexical", tasks, log)
         if snap.delta.lexical is not None and masks.delta_count:
-            parts.append(self._lexical_one(snap.delta.lexical, snap.delta.rows, query, k, masks.delta, stats))
+            delta = snap.delta.lexical
+            parts.append(self._lexical_one(delta, snap.delta.rows, query, k, masks.delta, stats, language))
         return _merge(parts, k)
 
     @staticmethod
     def _lexical_one(
-        shard: LexicalShard, rows: np.ndarray, query: str, k: int, mask: np.ndarray, stats: LexicalStats
+        shard: LexicalShard,
+        rows: np.ndarray,
+        query: str,
+        k: int,
+        mask: np.ndarray,
+        stats: LexicalStats,
+        language: str | None = None,
     ) -> list[Hit]:
-        scores, pos = shard.search(query, k, allowed=mask, stats=stats)
+        scores, pos = shard.search(query, k, allowed=mask, stats=stats, language=language)
         return [Hit(int(rows[p]), float(s), "lexical") for s, p in zip(scores, pos, strict=True)]
 
     def _fan_out(

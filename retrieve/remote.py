@@ -23,7 +23,14 @@ class RemoteLists:
 
 class RemoteShards(Protocol):
     def lists(
-        self, *, acl: AclFilter, position: int, vector: np.ndarray | None, text: str | None, k: int
+        self,
+        *,
+        acl: AclFilter,
+        position: int,
+        vector: np.ndarray | None,
+        text: str | None,
+        k: int,
+        language: str | None = None,
     ) -> RemoteLists: ...
 
     def shard_stats(self) -> list[ShardStats]:

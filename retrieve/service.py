@@ -110,6 +110,7 @@ class RetrieveRequest:
     rerank: bool | None = None
     expand_parent: bool = False
     fusion: FusionOverride | None = None  # over the tenant's defaults and the settings
+    language: str | None = None  # ISO 639-1: the lexical analysis of the query, else detected
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,8 @@ class SearchService:
                 slog.degrade("dense", f"{type(exc).__name__}")
         text = req.query if req.mode in ("hybrid", "lexical") else None
         t = time.perf_counter()
-        got = shards.lists(acl=acl, position=position, vector=vec, text=text, k=max(n_dense, n_lexical))
+        k = max(n_dense, n_lexical)
+        got = shards.lists(acl=acl, position=position, vector=vec, text=text, k=k, language=req.language)
         slog.time("shards", t)
         slog.degraded.extend(got.degraded)
         lists: list[list[Hit]] = []
@@ -341,7 +343,8 @@ class SearchService:
         lexical: list[Hit] | None = None
         if req.mode in ("hybrid", "lexical"):
             t = time.perf_counter()
-            lexical = self.searcher.lexical(snap, masks, req.query, fusion.depth("lexical", req.top_k), slog)
+            depth = fusion.depth("lexical", req.top_k)
+            lexical = self.searcher.lexical(snap, masks, req.query, depth, slog, language=req.language)
             slog.time("lexical", t)
         if pending is not None:
             try:

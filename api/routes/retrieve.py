@@ -109,6 +109,7 @@ def retrieve_request(body: RetrieveInBase) -> RetrieveRequest:
         max_context_tokens=body.max_context_tokens,
         expand_parent=body.expand == "parent",
         fusion=fusion_override(body.fusion),
+        language=body.language,
     )
 
 

@@ -71,7 +71,7 @@ def _toml(value: object) -> str:
     return repr(value).replace("'", '"')
 
 
-def _contract_modules(contract: dict) -> dict[str, str]:  # type: ignore[type-arg]
+def _contract_modules(contract: dict) -> dict[str, str]:
     """The modules the forbidden contract names (they must exist for lint-imports), with the
     imports its ignore list names in them."""
     out: dict[str, str] = {}

@@ -74,3 +74,21 @@ def test_the_setting_reaches_the_tokenizer_builds_and_queries_use() -> None:
     assert lexical_tokenizer(Settings()) == Tokenizer()
     on = Settings(index={"lexical_multilingual": True})  # type: ignore[arg-type]
     assert lexical_tokenizer(on) == MULTI
+
+
+def test_a_query_language_replaces_detection() -> None:
+    # "les clés" is too short to detect (English analysis); named French, it is stemmed as such.
+    assert MULTI.tokenize("les clés", language="fr") == ["le", "clé"]
+    assert MULTI.tokenize("Häusern", language="de") == MULTI.tokenize("Häuser", language="de") == ["haus"]
+    assert MULTI.tokenize("Häusern") != ["haus"]  # one word: detection declines, English applies
+    # An English-only index has only English terms: the hint changes nothing there.
+    assert Tokenizer().tokenize("Häusern", language="de") == Tokenizer().tokenize("Häusern")
+
+
+def test_the_wire_model_names_exactly_the_stemmed_languages() -> None:
+    from typing import get_args
+
+    from index.tokenize import SNOWBALL
+    from ragline_client.models import QueryLanguage
+
+    assert set(get_args(QueryLanguage)) == set(SNOWBALL)
