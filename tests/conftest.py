@@ -4,12 +4,13 @@ database for each test, and the shared-data location."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from testkit.ports import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -29,12 +30,6 @@ _DATA_TABLES = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated catalog database for the whole session."""
@@ -45,7 +40,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cluster = None
     if not url:
         data_dir = tmp_path_factory.mktemp("ragline-data")
-        cluster = embedded.cluster_for(data_dir, port=_free_port(), fsync=False)
+        cluster = embedded.cluster_for(data_dir, port=free_port(), fsync=False)
         url = embedded.up(cluster)
     apply_migrations(url)
     yield url

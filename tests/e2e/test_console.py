@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -30,6 +28,7 @@ from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
 from core.settings import Settings
 from jobs.rebuild_job import rebuild
+from testkit.server import app_in_thread
 from tests import factories
 from tests.conftest import truncate_all
 
@@ -56,12 +55,6 @@ from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +87,6 @@ def _no_ray_ingest(app, settings, *, embedder):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def console(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:  # type: ignore[no-untyped-def]
-    import uvicorn
-
     truncate_all(pg_url)
     data = tmp_path_factory.mktemp("console-data")
     # Outside pytest's rotating basetemp, so a reviewer finds them after the run.
@@ -104,38 +95,31 @@ def console(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> 
     print(f"\nconsole screenshots: {shots}")
     settings = Settings(data_dir=data, database_url=pg_url)
     hooks = [partial(_no_ray_ingest, embedder=embedder), partial(search_hook, embedder=embedder)]
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, hooks=hooks), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert server.started, "the server did not start"
-    with psycopg.connect(pg_url) as conn:
-        keys = {
-            "admin": create_key(
-                conn, tenant_id="acme", roles=["admin", "operator"], principal_id="user:root"
-            ).token,
-            "ingest": create_key(conn, tenant_id="acme", roles=["ingest"]).token,
-            "tenant_admin": create_key(conn, tenant_id="acme", roles=["admin"], principal_id="user:ta").token,
-        }
-        principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:alice", groups=["group:hr"])
-        principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:bob", groups=["group:eng"])
-    c = Console(f"http://127.0.0.1:{port}", keys, pg_url, data / "indexes", shots)
-    docs = [
-        {"external_id": "pay", "text": PAY, "acl": {"principals": ["group:hr"]}},
-        {"external_id": "office", "text": OFFICE, "acl": {"public": True}},
-    ]
-    job = c.api("POST", "/v1/documents", "ingest", json={"documents": docs}).json()
-    assert c.wait_job(job["job_id"])["state"] == "succeeded"
-    try:
+    with app_in_thread(create_app(settings, hooks=hooks), start_timeout_s=120) as url:
+        with psycopg.connect(pg_url) as conn:
+            keys = {
+                "admin": create_key(
+                    conn, tenant_id="acme", roles=["admin", "operator"], principal_id="user:root"
+                ).token,
+                "ingest": create_key(conn, tenant_id="acme", roles=["ingest"]).token,
+                "tenant_admin": create_key(
+                    conn, tenant_id="acme", roles=["admin"], principal_id="user:ta"
+                ).token,
+            }
+            principals_repo.replace_groups(
+                conn, tenant_id="acme", principal_id="user:alice", groups=["group:hr"]
+            )
+            principals_repo.replace_groups(
+                conn, tenant_id="acme", principal_id="user:bob", groups=["group:eng"]
+            )
+        c = Console(url, keys, pg_url, data / "indexes", shots)
+        docs = [
+            {"external_id": "pay", "text": PAY, "acl": {"principals": ["group:hr"]}},
+            {"external_id": "office", "text": OFFICE, "acl": {"public": True}},
+        ]
+        job = c.api("POST", "/v1/documents", "ingest", json={"documents": docs}).json()
+        assert c.wait_job(job["job_id"])["state"] == "succeeded"
         yield c
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.e2e.serverproc import JOB_TIMEOUT_S, REPO, ServerProcess, auth, server_env
+from testkit.server import JOB_TIMEOUT_S, REPO, ServerProcess, auth, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -29,8 +29,9 @@ import httpx
 import psycopg
 import pytest
 
+from testkit.ports import free_port
+from testkit.server import READY_TIMEOUT_S, auth
 from tests.dockerctx import REPO, assemble_app, project_install_run
-from tests.e2e.serverproc import READY_TIMEOUT_S, auth, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from catalog import embedded
-from tests.e2e.serverproc import ServerProcess, auth, free_port, server_env
+from testkit.ports import free_port
+from testkit.server import ServerProcess, auth, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

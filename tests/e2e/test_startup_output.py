@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.serverproc import REPO, free_port, server_env
+from testkit.ports import free_port
+from testkit.server import REPO, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

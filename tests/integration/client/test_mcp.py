@@ -18,18 +18,13 @@ from typing import Any
 import pytest
 
 from ragline_client import Client, RaglineError
+from testkit.ports import free_port
 from tests.integration.client.conftest import LiveServer
 from tests.integration.client.frameworks import require, seed
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 QUERY = "how do I rotate signing keys?"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _salary_chunk(server: LiveServer) -> str:
@@ -123,7 +118,7 @@ def test_mcp_over_stdio(live_server: LiveServer) -> None:
 def mcp_http(live_server: LiveServer) -> Iterator[str]:
     """``ragline-mcp --transport http`` on a loopback port, with no configured key: every
     call must bring its user's bearer."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAGLINE_API_URL": live_server.url, "PYTHONPATH": str(REPO)}
     env.pop("RAGLINE_API_KEY", None)
     env.pop("RAGLINE_API_TOKEN", None)
