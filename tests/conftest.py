@@ -91,3 +91,30 @@ def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     ensure_ray(address=None, data_dir=tmp_path_factory.mktemp("ray-data"), num_cpus=2)
     yield
     ray.shutdown()
+
+
+# The session fixtures that start PostgreSQL, load the model or start Ray: a test that reaches
+# one of them (directly or through another fixture) is an integration test and must say so.
+INTEGRATION_FIXTURES = frozenset({"pg_url", "embedder", "ray_local"})
+
+
+def unmarked_integration(items: list[pytest.Item]) -> list[str]:
+    """The ids of ``items`` that use an integration fixture without the ``integration`` mark."""
+    return [
+        item.nodeid
+        for item in items
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("integration") is None
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the run on an unmarked integration test: ``-m "not integration"`` (the quick unit
+    run) would otherwise start PostgreSQL or load the model for it."""
+    unmarked = unmarked_integration(items)
+    if unmarked:
+        files = sorted({nodeid.split("::", 1)[0] for nodeid in unmarked})
+        raise pytest.UsageError(
+            "tests that start PostgreSQL, Ray or the model lack the integration mark"
+            f" (pytestmark = pytest.mark.integration): {', '.join(files)}"
+        )
