@@ -74,7 +74,7 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def embedder():  # type: ignore[no-untyped-def]
+def embedder():
     """The real bundled embedding model, loaded once per session."""
     from index.embedder import load_embedder
 

@@ -93,6 +93,7 @@ def test_an_operation_opens_with_its_schema(browser: WebDriver, base_url: str) -
             None,
         )
     )
+    assert summary is not None
     summary.click()
     WebDriverWait(browser, WAIT_S).until(
         lambda d: "top_k" in d.find_element(By.CSS_SELECTOR, ".opblock.is-open").text

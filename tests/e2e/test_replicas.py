@@ -87,7 +87,7 @@ def test_replicas_agree_on_changes_and_swaps(replicas: tuple[ServerProcess, Serv
     swapped_at = time.perf_counter()  # the alias moved just before the CLI printed and exited
     version = out.split("built ", 1)[1].split()[0]
     assert version != before
-    swap_ms = {}
+    swap_ms: dict[str, float] = {}
     deadline = time.monotonic() + SWAP_TIMEOUT_S
     while len(swap_ms) < 2 and time.monotonic() < deadline:
         for name, client in (("a", ca), ("b", cb)):

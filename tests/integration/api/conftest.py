@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from authz.api_keys import create_key
 from core.settings import Settings
@@ -28,21 +28,24 @@ def full_settings(db_url: str, tmp_path: Path, **overrides: object) -> Settings:
 
 
 @pytest.fixture
-def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     """The whole API (ingest runner without Ray, search service) on the session's model."""
     yield from serving_client(full_settings(db_url, tmp_path), embedder)
 
 
-def serving_client(settings: Settings, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def serving_client(settings: Settings, embedder) -> Iterator[TestClient]:
     """``full_client`` with other settings (use it as a fixture body: ``yield from``)."""
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     app = create_app(settings, hooks=hooks)
     with TestClient(app) as client:
         client.app.state.runner.config = _no_ray(client.app.state.runner.config)  # type: ignore[attr-defined]
         yield client
 
 
-def _no_ray(config):  # type: ignore[no-untyped-def]
+def _no_ray(config):
     import dataclasses
 
     return dataclasses.replace(config, use_ray=False)

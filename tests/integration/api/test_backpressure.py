@@ -40,7 +40,7 @@ def _doc(external_id: str) -> dict:
 
 
 def _settings(db_url: str, tmp_path: Path, **ingest: object) -> Settings:
-    return Settings(data_dir=tmp_path, database_url=db_url, ingest=ingest)  # type: ignore[arg-type]
+    return Settings(data_dir=tmp_path, database_url=db_url, ingest=ingest)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -171,7 +172,7 @@ def test_every_admin_search_is_audited_like_a_retrieve(
     """Searching as the admin itself or as another principal: each leaves one entry with the
     actor, the principal searched as, the filters, the chunk ids returned and the version."""
     admin = seeded["admin"]
-    asked = [
+    asked: list[dict[str, Any]] = [
         {"query": "salary compensation bands", "as_principal": "user:alice", "top_k": 3},
         {"query": "kitchen", "filters": {"metadata": {"team": ["hr", "eng"]}}, "mode": "lexical"},
     ]
@@ -300,5 +301,5 @@ def test_console_model_examples_validate() -> None:
 
     models = (cs.DebugRetrieveOut, cs.ExplainOut, cs.PrincipalOut, cs.KeyOut, cs.KeyCreatedOut, cs.IndexOut)
     for model in (*models, cs.SwapOut, cs.QualityOut, cs.GcOut):
-        for example in model.model_config["json_schema_extra"]["examples"]:  # type: ignore[index]
+        for example in model.model_config["json_schema_extra"]["examples"]:  # type: ignore[index, union-attr]
             model.model_validate(example)

@@ -46,7 +46,7 @@ def _swap(db_url: str, client: TestClient, version: str) -> str | None:
 
 def test_rebuild_swap_tombstones_and_corrupt_version(
     full_client: TestClient, db_url: str, tmp_path: Path, embedder
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     ingest = make_key(db_url, "acme", ["ingest"])
     reader = make_key(db_url, "acme", ["query"], principal="user:r")
     _push(

@@ -36,7 +36,7 @@ def idp() -> Iterator[Idp]:
 
 
 @pytest.fixture
-def token_client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def token_client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:
     settings = full_settings(db_url, tmp_path, oidc={"issuers": [issuer_config(idp)]})
     yield from serving_client(settings, embedder)
 

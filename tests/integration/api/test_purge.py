@@ -174,7 +174,7 @@ def test_deleted_and_superseded_text_is_purged_everywhere(
 
 def test_the_server_log_quotes_no_row_data(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        settings = dict(
+        settings: dict[str, str] = dict(
             conn.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN ('log_min_error_statement',"
                 " 'log_error_verbosity', 'log_parameter_max_length_on_error')"

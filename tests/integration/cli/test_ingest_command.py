@@ -170,7 +170,8 @@ def test_resume_runs_a_cancelled_job_as_the_api_does(
                 )
             ],
         )
-        assert jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=None).state == "cancelled"
+        cancelled = jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=None)
+        assert cancelled is not None and cancelled.state == "cancelled"
     assert main(["jobs", "resume", str(job_id)]) == 0, capsys.readouterr().err
     assert "succeeded" in capsys.readouterr().out
     with psycopg.connect(cli_env) as conn:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def cli_env(db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def cli_env(db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
     monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path / "data"))
     get_settings.cache_clear()

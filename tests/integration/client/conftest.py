@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from testkit.server import app_in_thread
 from tests.integration.api.conftest import full_settings, make_key
@@ -54,10 +54,13 @@ class CountingTransport(httpx.HTTPTransport):
 
 
 @pytest.fixture
-def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:  # type: ignore[no-untyped-def]
+def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:
     # A batch limit of 2 makes a 3-document push take two batches.
     settings = full_settings(db_url, tmp_path, api={"max_batch_documents": 2})
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     app = create_app(settings, hooks=hooks)
     with app_in_thread(app) as url:
         runner = app.state.runner

@@ -212,6 +212,7 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert watch.stdout is not None and watch.stderr is not None
     try:
         assert json.loads(watch.stdout.readline()) == {**_counts(unchanged=4), "skipped": SKIPPED}
         time.sleep(0.5)  # the watcher is set up right after the first sync prints

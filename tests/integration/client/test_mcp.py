@@ -136,7 +136,8 @@ def mcp_http(live_server: LiveServer) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"ragline-mcp did not start: {proc.stderr.read() if proc.stderr else ''}")
+                    said = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                    pytest.fail(f"ragline-mcp did not start: {said}")
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:

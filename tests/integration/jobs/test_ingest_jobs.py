@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
@@ -31,25 +32,33 @@ def _text(i: int, paragraphs: int = 6) -> str:
     )
 
 
+def _one(conn: psycopg.Connection, sql: LiteralString, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
 def _assert_exactly_once(conn: psycopg.Connection, tenant: str, n_docs: int) -> None:
     docs = conn.execute(
         "SELECT count(*), count(*) FILTER (WHERE current_version = 1) FROM documents WHERE tenant_id = %s",
         (tenant,),
     ).fetchone()
     assert docs == (n_docs, n_docs)
-    versions, expected = conn.execute(
+    versions, expected = _one(
+        conn,
         "SELECT count(*), coalesce(sum(chunk_count), 0) FROM document_versions v"
         " JOIN documents d USING (doc_id)"
         " WHERE d.tenant_id = %s",
         (tenant,),
-    ).fetchone()
+    )
     assert versions == n_docs
-    chunks, leaves, embeddings = conn.execute(
+    chunks, leaves, embeddings = _one(
+        conn,
         "SELECT count(*), count(*) FILTER (WHERE level = 0), count(e.chunk_row) FROM chunks c"
         " JOIN documents d USING (doc_id) LEFT JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row"
         " WHERE d.tenant_id = %s",
         (tenant,),
-    ).fetchone()
+    )
     assert chunks == expected and embeddings == leaves > 0
 
 
@@ -120,8 +129,8 @@ def test_killed_ingest_resumes_exactly_once(db_url: str, tmp_path: Path) -> None
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert 0 < done < n, f"kill landed at {done}/{n}: tune the corpus size"
-        job_id = conn.execute("SELECT job_id FROM jobs WHERE tenant_id = 'killme'").fetchone()[0]
-        assert conn.execute("SELECT state FROM jobs WHERE job_id = %s", (job_id,)).fetchone()[0] == "running"
+        (job_id,) = _one(conn, "SELECT job_id FROM jobs WHERE tenant_id = 'killme'")
+        assert _one(conn, "SELECT state FROM jobs WHERE job_id = %s", (job_id,)) == ("running",)
     out = subprocess.run(
         [sys.executable, "-m", "cli.main", "jobs", "resume", str(job_id)],
         env=env,
