@@ -26,14 +26,11 @@ from pathlib import Path
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
 from bench.retrieve import (
-    build_live_index,
     create_query_key,
-    database,
-    load_catalog,
+    live_catalog,
     query_texts,
     retrieve_requests,
     server,
-    synthetic_corpus,
 )
 
 
@@ -105,10 +102,7 @@ def main() -> None:
             on[f"RAGLINE_API__{name.upper()}"] = str(getattr(args, name))
     with tempfile.TemporaryDirectory(prefix="ragline-overload-") as name:
         tmp = Path(name)
-        with database(tmp) as url:
-            corpus = synthetic_corpus(args.chunks, seed=args.seed)
-            row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10, seed=args.seed)
-            build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
+        with live_catalog(tmp, args.chunks, seed=args.seed) as (url, corpus):
             token = create_query_key(url)
             rates = [float(r) for r in args.rates.split(",")]
             total = int(sum(r * (args.duration + args.warmup) for r in rates) * 1.5) + 100

@@ -4,10 +4,12 @@ session's model, PostgreSQL), so the client is tested over real HTTP."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import psycopg
@@ -15,6 +17,7 @@ import pytest
 
 from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
+from ragline_client import Connector, DocumentIn, FileDocument, Item
 from testkit.server import app_in_thread
 from tests.integration.api.conftest import full_settings, make_key
 
@@ -66,3 +69,20 @@ def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:
         runner = app.state.runner
         runner.config = dataclasses.replace(runner.config, use_ray=False)
         yield LiveServer(url=url, db_url=db_url)
+
+
+ConnectorT = TypeVar("ConnectorT", bound=Connector)
+
+
+def dies_after(connector: ConnectorT, loads: int) -> ConnectorT:
+    """Fault injection: ``connector`` dies (KeyboardInterrupt, as a killed process would) when it
+    starts loading its item number ``loads + 1``."""
+    load, count = connector.load, itertools.count(1)
+
+    def dying_load(item: Item) -> DocumentIn | FileDocument:
+        if next(count) > loads:
+            raise KeyboardInterrupt
+        return load(item)
+
+    connector.load = dying_load  # type: ignore[method-assign]
+    return connector
