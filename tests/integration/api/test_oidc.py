@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from catalog import principals as principals_repo
 from tests.integration.api.conftest import full_settings, make_key, serving_client, wait_job
-from tests.integration.api.oidc_idp import Idp, issuer_config, silent_endpoint
+from tests.integration.api.oidc_idp import Idp, issuer_config, running_idp, silent_endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +41,8 @@ def _auth(token: str) -> dict[str, str]:
 
 @pytest.fixture
 def idp() -> Iterator[Idp]:
-    provider = Idp()
-    provider.add_key("k1")
-    yield provider
-    provider.close()
+    with running_idp() as provider:
+        yield provider
 
 
 def _app(

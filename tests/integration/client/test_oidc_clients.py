@@ -22,7 +22,7 @@ from api.app import create_app
 from api.services import ingest_hook, search_hook
 from testkit.server import app_in_thread
 from tests.integration.api.conftest import full_settings
-from tests.integration.api.oidc_idp import Idp
+from tests.integration.api.oidc_idp import Idp, running_idp
 from tests.integration.client.conftest import LiveServer
 from tests.integration.client.frameworks import require, seed
 
@@ -33,10 +33,8 @@ SECTION = (REPO / "README.md").read_text().split("## End-user identity (OIDC)", 
 
 @pytest.fixture
 def idp() -> Iterator[Idp]:
-    provider = Idp("https://login.example.com/realms/acme")
-    provider.add_key("k1")
-    yield provider
-    provider.close()
+    with running_idp("https://login.example.com/realms/acme") as provider:
+        yield provider
 
 
 @pytest.fixture
