@@ -31,9 +31,7 @@ from authz.principals import Principal
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, print_results, run_rates
 from bench.retrieve import (
-    create_query_key,
     live_catalog,
-    query_texts,
     retrieve_requests,
     server,
 )
@@ -126,12 +124,9 @@ def main() -> None:
     curve = [float(r) for r in args.curve.split(",")]
     with (
         tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s,
-        live_catalog(Path(tmp_s), args.chunks) as (url, corpus),
+        live_catalog(Path(tmp_s), args.chunks, queries=20_000) as (url, token, queries),
     ):
         tmp = Path(tmp_s)
-        token = create_query_key(url)
-        queries = query_texts(corpus, 20_000, seed=1)
-        del corpus
 
         print(f"\n1. observe() per retrieve, {args.calls} calls, median of 3 runs")
         print_table(

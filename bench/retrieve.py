@@ -238,19 +238,19 @@ def database(tmp: Path, *, keep: bool = False) -> Iterator[str]:
 
 
 @contextmanager
-def live_catalog(tmp: Path, chunks: int, *, seed: int = 0) -> Iterator[tuple[str, Corpus]]:
+def live_catalog(
+    tmp: Path, chunks: int, *, queries: int, seed: int = 0
+) -> Iterator[tuple[str, str, list[str]]]:
     """``database(tmp)`` holding a synthetic corpus of ``chunks`` chunks, ten to a document, and
-    a live index over it under ``tmp/indexes``; yields (URL, corpus)."""
+    a live index over it under ``tmp/indexes``; yields (URL, a query key, ``queries`` query texts)."""
     with database(tmp) as url:
-        # Yielded, not kept in a local: the caller's ``del corpus`` frees it before its load runs.
-        yield url, _load_live(url, tmp / "indexes", chunks, seed)
-
-
-def _load_live(url: str, index_root: Path, chunks: int, seed: int) -> Corpus:
-    corpus = synthetic_corpus(chunks, seed=seed)
-    row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10, seed=seed)
-    build_live_index(url, index_root, corpus, row_ids, doc_ids)
-    return corpus
+        corpus = synthetic_corpus(chunks, seed=seed)
+        row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10, seed=seed)
+        build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
+        token = create_query_key(url)
+        texts = query_texts(corpus, queries, seed=seed + 1)
+        del corpus, row_ids, doc_ids  # the load runs without them
+        yield url, token, texts
 
 
 @contextmanager

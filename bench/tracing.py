@@ -23,9 +23,7 @@ from typing import Any
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
 from bench.retrieve import (
-    create_query_key,
     live_catalog,
-    query_texts,
     retrieve_requests,
     server,
 )
@@ -79,12 +77,9 @@ def main() -> None:
     endpoint = f"http://127.0.0.1:{port.value}"
     with (
         tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s,
-        live_catalog(Path(tmp_s), args.chunks) as (url, corpus),
+        live_catalog(Path(tmp_s), args.chunks, queries=20_000) as (url, token, queries),
     ):
         tmp = Path(tmp_s)
-        token = create_query_key(url)
-        queries = query_texts(corpus, 20_000, seed=1)
-        del corpus
         request = retrieve_requests(queries, token, top_k=8, mode="hybrid", rerank=False)
         load = LoadConfig(rate=args.rate, duration_s=args.duration, warmup_s=args.warmup, seed=3)
         runs: dict[str, LoadResult] = {}
