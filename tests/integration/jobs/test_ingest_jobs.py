@@ -15,7 +15,7 @@ from catalog import jobs as jobs_repo
 from catalog.jobs import NewItem
 from catalog.principals import ensure_tenant
 from core.records import Acl
-from jobs.runner import IngestRunner
+from jobs.runner import IngestRunner, RunnerConfig
 from tests import factories
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -36,6 +36,20 @@ def _one(conn: psycopg.Connection, sql: LiteralString, params: tuple[object, ...
     row = conn.execute(sql, params).fetchone()
     assert row is not None, sql
     return tuple(row)
+
+
+def _ray_config(db_url: str, tmp_path: Path) -> RunnerConfig:
+    """Every job through Ray Data (no inline path), two embedding actors, batches of four."""
+    return factories.runner(
+        conninfo=db_url,
+        model_name="bundled:all-MiniLM-L6-v2",
+        data_dir=tmp_path,
+        inline_max_documents=0,
+        use_ray=True,
+        embed_actors=2,
+        batch_documents=4,
+        embedding=factories.embedding(backend="torch"),  # no ONNX export in the test
+    )
 
 
 def _assert_exactly_once(conn: psycopg.Connection, tenant: str, n_docs: int) -> None:
@@ -72,16 +86,7 @@ def test_ray_pipeline_ingests_every_document_once(db_url: str, tmp_path: Path, r
         ]
         items.append(NewItem(external_id="broken", mime_type="application/pdf", payload=b"%PDF-1.4 garbage"))
         job_id = jobs_repo.create_job(conn, tenant_id="raytenant", kind="ingest", items=items)
-    config = factories.runner(
-        conninfo=db_url,
-        model_name="bundled:all-MiniLM-L6-v2",
-        data_dir=tmp_path,
-        inline_max_documents=0,
-        use_ray=True,
-        embed_actors=2,
-        batch_documents=4,
-        embedding=factories.embedding(backend="torch"),  # no ONNX export in the test
-    )
+    config = _ray_config(db_url, tmp_path)
     runner = IngestRunner(config, lambda: pytest.fail("the Ray path must not load an in-process embedder"))
     assert runner.run_job(job_id) == "partially_failed"
     with psycopg.connect(db_url) as conn:
@@ -156,16 +161,7 @@ def test_ray_pipeline_commits_progress_per_batch(db_url: str, tmp_path: Path, ra
             for i in range(n)
         ]
         job_id = jobs_repo.create_job(conn, tenant_id="raytenant", kind="ingest", items=items)
-    config = factories.runner(
-        conninfo=db_url,
-        model_name="bundled:all-MiniLM-L6-v2",
-        data_dir=tmp_path,
-        inline_max_documents=0,
-        use_ray=True,
-        embed_actors=2,
-        batch_documents=4,
-        embedding=factories.embedding(backend="torch"),
-    )
+    config = _ray_config(db_url, tmp_path)
     seen: list[int] = []
 
     def on_progress(_documents: int, _chunks: int) -> None:
