@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from testkit.ports import free_port
+
 CONFIG = """
 protocols = imap
 listen = 127.0.0.1
@@ -99,19 +101,13 @@ def available() -> bool:
     return shutil.which("dovecot") is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def dovecot(users: tuple[str, ...] = ("ann", "bob")) -> Iterator[Dovecot]:
     """Start Dovecot with ``users`` (password ``secret``); stopped and removed at exit."""
     # Not under pytest's tmp_path: that is private to root (0700) and mail is not served as root.
     root = Path(tempfile.mkdtemp(prefix="ragline-dovecot-"))
     root.chmod(0o755)
-    port = _free_port()
+    port = free_port()
     if os.geteuid() == 0:
         mail = pwd.getpwnam("dovecot")
         names = {"internal": "dovecot", "internal_group": "dovecot", "login": "dovenull", "auth_user": "root"}

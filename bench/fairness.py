@@ -18,58 +18,31 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import psycopg
 
 from bench.common import print_table
-from bench.ingest import _free_port, fresh_database, load_line, machine_line
-from catalog import embedded
+from bench.ingest import fresh_database, load_line, machine_line
 from catalog import jobs as jobs_repo
 from catalog.jobs import NewItem
 from catalog.principals import ensure_tenant
 from core.records import Acl
 from core.settings import Settings
-from index.embedder import Embedder, load_embedder
-from index.tokens import TokenCounter
+from index.embedder import load_embedder
 from jobs.runner import IngestRunner
+from testkit.clusters import throwaway_cluster
+from testkit.embedders import HookedEmbedder
 from wiring import make_runner
 
 MODEL = "bundled:all-MiniLM-L6-v2"
 BIG_MARK = "zebraword"
 WAIT_S = 900.0
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron".split()
-
-
-class HookedEmbedder:
-    """The real model with a hook before each encode call (where the bench starts B or cancels)."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.model_name, self.dim, self.max_tokens = inner.model_name, inner.dim, inner.max_tokens
-        self.before: Callable[[Sequence[str]], None] | None = None
-        self.big_calls = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if any(BIG_MARK in t for t in texts):
-            self.big_calls += 1  # one job embeds the big document: no lock needed
-        if self.before is not None:
-            self.before(texts)
-        return self.inner.embed(texts)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    @property
-    def token_counter(self) -> TokenCounter:
-        return self.inner.token_counter
 
 
 def big_text(chunks: int) -> str:
@@ -149,12 +122,12 @@ def cancel_run(settings: Settings, url: str, embedder: HookedEmbedder, big: str,
     requested: list[tuple[float, int]] = []
 
     def before(texts: Sequence[str]) -> None:
-        if any(BIG_MARK in t for t in texts) and embedder.big_calls == after and not requested:
+        if any(BIG_MARK in t for t in texts) and embedder.calls_with(BIG_MARK) == after and not requested:
             with psycopg.connect(url, autocommit=True) as conn:
                 jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=None)
-            requested.append((time.perf_counter(), embedder.big_calls))
+            requested.append((time.perf_counter(), embedder.calls_with(BIG_MARK)))
 
-    embedder.big_calls = 0
+    embedder.forget_calls()
     embedder.before = before
     runner = make_runner(settings, url, use_ray=False, embedder=embedder)
     try:
@@ -164,7 +137,7 @@ def cancel_run(settings: Settings, url: str, embedder: HookedEmbedder, big: str,
     if state != "cancelled" or not requested:
         raise RuntimeError(f"the cancelled job ended {state}")
     at, calls = requested[0]
-    return CancelRun(time.perf_counter() - at, embedder.big_calls - calls, calls)
+    return CancelRun(time.perf_counter() - at, embedder.calls_with(BIG_MARK) - calls, calls)
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -183,46 +156,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     print(machine_line())
     print(f"command: {shlex.join(['python', '-m', 'bench.fairness', *sys.argv[1:]])}")
-    with tempfile.TemporaryDirectory(prefix="ragline-bench-fair-") as tmp:
-        cluster = embedded.cluster_for(Path(tmp), port=_free_port(), fsync=False)
-        try:
-            embedded.up(cluster)
-            settings = Settings(data_dir=Path(tmp), log_level="WARNING")
-            embedder = HookedEmbedder(load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size))
-            big = big_text(args.big_chunks)
-            runs = [fair_run(settings, fresh_database(cluster, f"fair{n}"), embedder, big, n) for n in (1, 2)]
-            base = runs[0]
-            print(f"\nB's one small document pushed while A's big one ({args.big_chunks} chunks) embeds:")
-            print_table(
-                ["concurrent_jobs", "B submit -> done s", "vs 1 job at a time", "A whole job s", "finished"],
+    with throwaway_cluster("ragline-bench-fair-") as (cluster, tmp):
+        settings = Settings(data_dir=tmp, log_level="WARNING")
+        embedder = HookedEmbedder(load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size))
+        big = big_text(args.big_chunks)
+        runs = [fair_run(settings, fresh_database(cluster, f"fair{n}"), embedder, big, n) for n in (1, 2)]
+        base = runs[0]
+        print(f"\nB's one small document pushed while A's big one ({args.big_chunks} chunks) embeds:")
+        print_table(
+            ["concurrent_jobs", "B submit -> done s", "vs 1 job at a time", "A whole job s", "finished"],
+            [
                 [
-                    [
-                        r.concurrent_jobs,
-                        r.small_wait_s,
-                        f"{r.small_wait_s / base.small_wait_s:.3f}",
-                        r.big_total_s,
-                        r.order,
-                    ]
-                    for r in runs
-                ],
-            )
-            cancel = cancel_run(settings, fresh_database(cluster, "cancel"), embedder, big, args.cancel_after)
-            whole = runs[-1].big_total_s
-            print(f"\ncancel during the big document, after {cancel.calls_before_cancel} encode calls:")
-            print_table(
-                ["measure", "cancel -> cancelled s", "encode calls after", "vs whole document"],
+                    r.concurrent_jobs,
+                    r.small_wait_s,
+                    f"{r.small_wait_s / base.small_wait_s:.3f}",
+                    r.big_total_s,
+                    r.order,
+                ]
+                for r in runs
+            ],
+        )
+        cancel = cancel_run(settings, fresh_database(cluster, "cancel"), embedder, big, args.cancel_after)
+        whole = runs[-1].big_total_s
+        print(f"\ncancel during the big document, after {cancel.calls_before_cancel} encode calls:")
+        print_table(
+            ["measure", "cancel -> cancelled s", "encode calls after", "vs whole document"],
+            [
                 [
-                    [
-                        "cancel",
-                        cancel.cancel_to_end_s,
-                        cancel.calls_after_cancel,
-                        f"{cancel.cancel_to_end_s / whole:.3f}",
-                    ]
-                ],
-            )
-            print(f"\nat the end: {load_line()}")
-        finally:
-            embedded.destroy(cluster)
+                    "cancel",
+                    cancel.cancel_to_end_s,
+                    cancel.calls_after_cancel,
+                    f"{cancel.cancel_to_end_s / whole:.3f}",
+                ]
+            ],
+        )
+        print(f"\nat the end: {load_line()}")
     return 0
 
 

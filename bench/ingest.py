@@ -26,10 +26,8 @@ import json
 import os
 import random
 import shlex
-import socket
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -55,6 +53,7 @@ from ingest.chunking import chunk_document
 from ingest.files import MIME_BY_SUFFIX, walk
 from ingest.parse import parse_document
 from ingest.pipeline import ChunkingConfig, prepare
+from testkit.clusters import stop_ray, throwaway_cluster
 from wiring import make_runner
 from wiring.ingest import chunking_config
 
@@ -145,12 +144,6 @@ def leaf_texts(items: Sequence[NewItem], embedder: Embedder, config: ChunkingCon
 # --- catalog and pipeline -------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def fresh_database(cluster: embedded.LocalCluster, name: str) -> str:
     """A new, migrated database in the cluster, so no run sees another's documents."""
     create_database(cluster.url, name)
@@ -209,14 +202,6 @@ def start_ray(data_dir: Path) -> float:
     started = time.perf_counter()
     ensure_ray(address=None, data_dir=data_dir)
     return time.perf_counter() - started
-
-
-def stop_ray() -> None:
-    if "ray" in sys.modules:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
 
 
 # --- PDFs -----------------------------------------------------------------------------------
@@ -416,15 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"bench.ingest: no documents found for --source {args.source}")
     print(machine_line())
     print(f"command: {command_line()}")
-    with tempfile.TemporaryDirectory(prefix="ragline-bench-ingest-") as tmp:
-        cluster = embedded.cluster_for(Path(tmp), port=_free_port(), fsync=False)
-        try:
-            embedded.up(cluster)
-            _run(args, items, cluster, Path(tmp))
-            print(f"\nat the end: {load_line()}")
-        finally:
-            stop_ray()
-            embedded.destroy(cluster)
+    with throwaway_cluster("ragline-bench-ingest-") as (cluster, tmp):
+        _run(args, items, cluster, tmp)
+        print(f"\nat the end: {load_line()}")
     return 0
 
 

@@ -31,14 +31,9 @@ from bench.common import print_table
 from bench.http import LeanClient
 from bench.load import LoadConfig, LoadResult, RequestSpec, _one, _Outcome, run_rate, summarise
 from bench.retrieve import (
-    build_live_index,
-    create_query_key,
-    database,
-    load_catalog,
-    query_texts,
+    live_catalog,
     retrieve_requests,
     server,
-    synthetic_corpus,
 )
 
 Request = Callable[[int], RequestSpec]
@@ -140,13 +135,9 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory(prefix="ragline-noisy-") as name:
         tmp = Path(name)
-        with database(tmp) as url:
-            corpus = synthetic_corpus(args.chunks, seed=args.seed)
-            row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10, seed=args.seed)
-            build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
-            b_token, a_token = create_query_key(url), _flood_key(url)
-            total = int((args.b_rate * 2 + args.key_rate * args.flood) * (args.duration + args.warmup)) + 100
-            queries = query_texts(corpus, total, seed=args.seed + 1)
+        total = int((args.b_rate * 2 + args.key_rate * args.flood) * (args.duration + args.warmup)) + 100
+        with live_catalog(tmp, args.chunks, queries=total, seed=args.seed) as (url, b_token, queries):
+            a_token = _flood_key(url)
             b_req = retrieve_requests(queries, b_token, top_k=8, mode="hybrid")
             a_req = retrieve_requests(queries[::-1], a_token, top_k=8, mode="hybrid")
             with server(url, tmp, env_extra=env) as (base, _pid):

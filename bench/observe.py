@@ -31,14 +31,9 @@ from authz.principals import Principal
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, print_results, run_rates
 from bench.retrieve import (
-    build_live_index,
-    create_query_key,
-    database,
-    load_catalog,
-    query_texts,
+    live_catalog,
     retrieve_requests,
     server,
-    synthetic_corpus,
 )
 from catalog.db import open_pool
 from catalog.serving import ChunkDetail
@@ -127,14 +122,11 @@ def _run(base: str, token: str, queries: list[str], configs: list[LoadConfig]) -
 def main() -> None:
     args = _args()
     curve = [float(r) for r in args.curve.split(",")]
-    with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s, database(Path(tmp_s)) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s,
+        live_catalog(Path(tmp_s), args.chunks, queries=20_000) as (url, token, queries),
+    ):
         tmp = Path(tmp_s)
-        corpus = synthetic_corpus(args.chunks)
-        row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10)
-        build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
-        token = create_query_key(url)
-        queries = query_texts(corpus, 20_000, seed=1)
-        del corpus
 
         print(f"\n1. observe() per retrieve, {args.calls} calls, median of 3 runs")
         print_table(

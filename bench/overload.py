@@ -26,14 +26,9 @@ from pathlib import Path
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
 from bench.retrieve import (
-    build_live_index,
-    create_query_key,
-    database,
-    load_catalog,
-    query_texts,
+    live_catalog,
     retrieve_requests,
     server,
-    synthetic_corpus,
 )
 
 
@@ -105,14 +100,9 @@ def main() -> None:
             on[f"RAGLINE_API__{name.upper()}"] = str(getattr(args, name))
     with tempfile.TemporaryDirectory(prefix="ragline-overload-") as name:
         tmp = Path(name)
-        with database(tmp) as url:
-            corpus = synthetic_corpus(args.chunks, seed=args.seed)
-            row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10, seed=args.seed)
-            build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
-            token = create_query_key(url)
-            rates = [float(r) for r in args.rates.split(",")]
-            total = int(sum(r * (args.duration + args.warmup) for r in rates) * 1.5) + 100
-            queries = query_texts(corpus, total, seed=args.seed + 1)
+        rates = [float(r) for r in args.rates.split(",")]
+        total = int(sum(r * (args.duration + args.warmup) for r in rates) * 1.5) + 100
+        with live_catalog(tmp, args.chunks, queries=total, seed=args.seed) as (url, token, queries):
             # "off" is the server before issue 17: no gate and no request deadline to speak of
             # (10 minutes), so every request queues until it is answered.
             off_env = {

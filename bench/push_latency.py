@@ -24,7 +24,6 @@ import os
 import shlex
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,11 +38,11 @@ from api.app import create_app
 from api.services import ingest_hook, search_hook
 from authz.api_keys import create_key
 from bench.common import print_table
-from bench.ingest import _free_port, fresh_database, load_line, machine_line
-from catalog import embedded
+from bench.ingest import fresh_database, load_line, machine_line
 from catalog import jobs as jobs_repo
 from core.settings import Settings
 from index.embedder import Embedder, load_embedder
+from testkit.clusters import throwaway_cluster
 
 MODEL = "bundled:all-MiniLM-L6-v2"
 WAIT_S = 1800.0
@@ -206,30 +205,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     print(machine_line())
     print(f"command: {shlex.join(['python', '-m', 'bench.push_latency', *sys.argv[1:]])}")
-    with tempfile.TemporaryDirectory(prefix="ragline-bench-push-") as tmp:
-        cluster = embedded.cluster_for(Path(tmp), port=_free_port(), fsync=False)
-        try:
-            embedded.up(cluster)
-            embedder = load_embedder(MODEL, batch_size=32)
-            modes = [("one job per push", "off", 0, 0), ("coalesced", "on", args.coalesce, 0)]
-            if args.limit:
-                modes.append((f"coalesced, limit {args.limit}", "limit", args.coalesce, args.limit))
-            runs = [
-                run(
-                    name,
-                    fresh_database(cluster, f"{db}{n}"),
-                    Path(tmp, f"{db}{n}"),
-                    embedder,
-                    coalesce=c,
-                    limit=lim,
-                    pushes=args.pushes,
-                    rate=args.rate,
-                )
-                for n in range(args.repeat)
-                for name, db, c, lim in modes
-            ]
-        finally:
-            embedded.destroy(cluster)
+    with throwaway_cluster("ragline-bench-push-") as (cluster, tmp):
+        embedder = load_embedder(MODEL, batch_size=32)
+        modes = [("one job per push", "off", 0, 0), ("coalesced", "on", args.coalesce, 0)]
+        if args.limit:
+            modes.append((f"coalesced, limit {args.limit}", "limit", args.coalesce, args.limit))
+        runs = [
+            run(
+                name,
+                fresh_database(cluster, f"{db}{n}"),
+                Path(tmp, f"{db}{n}"),
+                embedder,
+                coalesce=c,
+                limit=lim,
+                pushes=args.pushes,
+                rate=args.rate,
+            )
+            for n in range(args.repeat)
+            for name, db, c, lim in modes
+        ]
     print(f"\n{args.pushes} one-document pushes at {args.rate:g}/s, one tenant, inline runner:")
     head = ["mode", "jobs", "429", "peak queued jobs", "p50 s", "p95 s", "max s", "last searchable s"]
     rows = []

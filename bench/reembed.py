@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -36,7 +35,6 @@ from bench.ingest import (
     MODEL,
     READER,
     TENANT,
-    _free_port,
     api_client,
     cranfield_items,
     fresh_database,
@@ -44,7 +42,6 @@ from bench.ingest import (
     machine_line,
     sample_items,
     start_ray,
-    stop_ray,
 )
 from catalog import embedded, indexes
 from catalog import jobs as jobs_repo
@@ -57,6 +54,7 @@ from jobs.rebuild_job import rebuild
 from jobs.reembed_job import ReembedArgs, run_reembed
 from retrieve.delta import lexical_text
 from services.migration import start_reembed
+from testkit.clusters import throwaway_cluster
 from wiring import make_runner, rebuild_config
 from wiring.reembed import reembed_config
 
@@ -118,15 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = cranfield_items(args.docs) if CRANFIELD.exists() else sample_items(args.docs)
     print(machine_line())
     print(f"command: python -m bench.reembed {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip())
-    with tempfile.TemporaryDirectory(prefix="ragline-bench-reembed-") as tmp:
-        cluster = embedded.cluster_for(Path(tmp), port=_free_port(), fsync=False)
-        try:
-            embedded.up(cluster)
-            _run(args, items, cluster, Path(tmp))
-            print(f"\nat the end: {load_line()}")
-        finally:
-            stop_ray()
-            embedded.destroy(cluster)
+    with throwaway_cluster("ragline-bench-reembed-") as (cluster, tmp):
+        _run(args, items, cluster, tmp)
+        print(f"\nat the end: {load_line()}")
     return 0
 
 

@@ -29,9 +29,7 @@ import hashlib
 import itertools
 import json
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +51,8 @@ from core.errors import ConflictError
 from core.settings import DEFAULT_EMBEDDING_MODEL, Settings
 from index.builder import auto_params, build_version
 from retrieve.delta import lexical_text
+from testkit.ports import free_port
+from testkit.server import ServerNotReady, serve_command, server_env, wait_ready
 from wiring import dense_params, lexical_tokenizer
 
 TENANT = "bench"
@@ -208,12 +208,6 @@ def create_query_key(url: str) -> str:
     return token
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def database(tmp: Path, *, keep: bool = False) -> Iterator[str]:
     """``RAGLINE_DATABASE_URL`` when set, else a local cluster under ``tmp``.
@@ -229,7 +223,7 @@ def database(tmp: Path, *, keep: bool = False) -> Iterator[str]:
     from catalog import embedded
 
     port_file = tmp / "pg-port"
-    port = int(port_file.read_text()) if keep and port_file.exists() else _free_port()
+    port = int(port_file.read_text()) if keep and port_file.exists() else free_port()
     cluster = embedded.cluster_for(tmp, port=port, fsync=False)
     try:
         url = embedded.up(cluster)
@@ -241,6 +235,22 @@ def database(tmp: Path, *, keep: bool = False) -> Iterator[str]:
             embedded.down(cluster)
         else:
             embedded.destroy(cluster)
+
+
+@contextmanager
+def live_catalog(
+    tmp: Path, chunks: int, *, queries: int, seed: int = 0
+) -> Iterator[tuple[str, str, list[str]]]:
+    """``database(tmp)`` holding a synthetic corpus of ``chunks`` chunks, ten to a document, and
+    a live index over it under ``tmp/indexes``; yields (URL, a query key, ``queries`` query texts)."""
+    with database(tmp) as url:
+        corpus = synthetic_corpus(chunks, seed=seed)
+        row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10, seed=seed)
+        build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
+        token = create_query_key(url)
+        texts = query_texts(corpus, queries, seed=seed + 1)
+        del corpus, row_ids, doc_ids  # the load runs without them
+        yield url, token, texts
 
 
 @contextmanager
@@ -256,42 +266,25 @@ def server(
     ``rerank`` holds ``RAGLINE_RERANK__*`` settings (model, candidates, budget); none: no reranker.
     ``env_extra`` adds other settings (``RAGLINE_AUDIT__RETRIEVES``, ``RAGLINE_LIMITS__*``).
     """
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
-    env.update(
-        RAGLINE_DATABASE_URL=url,
-        RAGLINE_DATA_DIR=str(data_dir),
-        RAGLINE_INGEST__INLINE_MAX_DOCUMENTS="100",
-        RAGLINE_EMBEDDING_DEVICE="cpu",
+    port = free_port()
+    env = server_env(
+        url,
+        data_dir,
         RAGLINE_LOG_LEVEL=os.environ.get("RAGLINE_LOG_LEVEL", "WARNING"),
         **{f"RAGLINE_RERANK__{k.upper()}": v for k, v in (rerank or {}).items()},
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
+        **(env_extra or {}),
     )
-    env.update(env_extra or {})
     log_path = data_dir / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cli.main",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                str(workers),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            serve_command(port, workers=workers), env=env, stdout=log, stderr=subprocess.STDOUT
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(base, proc, log_path)
+        try:
+            wait_ready(base, proc, log_path, timeout_s=READY_TIMEOUT_S)
+        except ServerNotReady as exc:
+            raise SystemExit(str(exc)) from None
         yield base, proc.pid
     finally:
         proc.terminate()
@@ -300,20 +293,6 @@ def server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited ({proc.returncode}):\n{log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"server not ready after {READY_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")
 
 
 def retrieve_requests(queries: Sequence[str], token: str, **body: object) -> Callable[[int], RequestSpec]:

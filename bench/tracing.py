@@ -23,14 +23,9 @@ from typing import Any
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
 from bench.retrieve import (
-    build_live_index,
-    create_query_key,
-    database,
-    load_catalog,
-    query_texts,
+    live_catalog,
     retrieve_requests,
     server,
-    synthetic_corpus,
 )
 
 
@@ -80,14 +75,11 @@ def main() -> None:
     while port.value == 0:
         time.sleep(0.05)
     endpoint = f"http://127.0.0.1:{port.value}"
-    with tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s, database(Path(tmp_s)) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="ragline-bench-") as tmp_s,
+        live_catalog(Path(tmp_s), args.chunks, queries=20_000) as (url, token, queries),
+    ):
         tmp = Path(tmp_s)
-        corpus = synthetic_corpus(args.chunks)
-        row_ids, doc_ids = load_catalog(url, corpus, chunks_per_doc=10)
-        build_live_index(url, tmp / "indexes", corpus, row_ids, doc_ids)
-        token = create_query_key(url)
-        queries = query_texts(corpus, 20_000, seed=1)
-        del corpus
         request = retrieve_requests(queries, token, top_k=8, mode="hybrid", rerank=False)
         load = LoadConfig(rate=args.rate, duration_s=args.duration, warmup_s=args.warmup, seed=3)
         runs: dict[str, LoadResult] = {}

@@ -4,12 +4,13 @@ database for each test, and the shared-data location."""
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from testkit.ports import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -29,12 +30,6 @@ _DATA_TABLES = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated catalog database for the whole session."""
@@ -45,7 +40,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cluster = None
     if not url:
         data_dir = tmp_path_factory.mktemp("ragline-data")
-        cluster = embedded.cluster_for(data_dir, port=_free_port(), fsync=False)
+        cluster = embedded.cluster_for(data_dir, port=free_port(), fsync=False)
         url = embedded.up(cluster)
     apply_migrations(url)
     yield url
@@ -79,7 +74,7 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def embedder():  # type: ignore[no-untyped-def]
+def embedder():
     """The real bundled embedding model, loaded once per session."""
     from index.embedder import load_embedder
 
@@ -96,3 +91,30 @@ def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     ensure_ray(address=None, data_dir=tmp_path_factory.mktemp("ray-data"), num_cpus=2)
     yield
     ray.shutdown()
+
+
+# The session fixtures that start PostgreSQL, load the model or start Ray: a test that reaches
+# one of them (directly or through another fixture) is an integration test and must say so.
+INTEGRATION_FIXTURES = frozenset({"pg_url", "embedder", "ray_local"})
+
+
+def unmarked_integration(items: list[pytest.Item]) -> list[str]:
+    """The ids of ``items`` that use an integration fixture without the ``integration`` mark."""
+    return [
+        item.nodeid
+        for item in items
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("integration") is None
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the run on an unmarked integration test: ``-m "not integration"`` (the quick unit
+    run) would otherwise start PostgreSQL or load the model for it."""
+    unmarked = unmarked_integration(items)
+    if unmarked:
+        files = sorted({nodeid.split("::", 1)[0] for nodeid in unmarked})
+        raise pytest.UsageError(
+            "tests that start PostgreSQL, Ray or the model lack the integration mark"
+            f" (pytestmark = pytest.mark.integration): {', '.join(files)}"
+        )

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _base():  # type: ignore[no-untyped-def]
+def _base():
     from sentence_transformers import SentenceTransformer
 
     from index.embedder import resolve_model_path

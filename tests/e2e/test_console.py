@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -23,13 +21,14 @@ import httpx
 import psycopg
 import pytest
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from authz.api_keys import create_key
 from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
 from core.settings import Settings
 from jobs.rebuild_job import rebuild
+from testkit.server import app_in_thread
 from tests import factories
 from tests.conftest import truncate_all
 
@@ -58,12 +57,6 @@ from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclasses.dataclass(frozen=True)
 class Console:
     base_url: str
@@ -86,16 +79,14 @@ class Console:
         raise AssertionError(f"job {job_id} did not finish")
 
 
-def _no_ray_ingest(app, settings, *, embedder):  # type: ignore[no-untyped-def]
+def _no_ray_ingest(app, settings, *, embedder):
     close = ingest_hook(app, settings, embedder=embedder)
     app.state.runner.config = dataclasses.replace(app.state.runner.config, use_ray=False)
     return close
 
 
 @pytest.fixture(scope="module")
-def console(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:  # type: ignore[no-untyped-def]
-    import uvicorn
-
+def console(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     truncate_all(pg_url)
     data = tmp_path_factory.mktemp("console-data")
     # Outside pytest's rotating basetemp, so a reviewer finds them after the run.
@@ -103,39 +94,35 @@ def console(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> 
     shots.mkdir(parents=True, exist_ok=True)
     print(f"\nconsole screenshots: {shots}")
     settings = Settings(data_dir=data, database_url=pg_url)
-    hooks = [partial(_no_ray_ingest, embedder=embedder), partial(search_hook, embedder=embedder)]
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, hooks=hooks), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert server.started, "the server did not start"
-    with psycopg.connect(pg_url) as conn:
-        keys = {
-            "admin": create_key(
-                conn, tenant_id="acme", roles=["admin", "operator"], principal_id="user:root"
-            ).token,
-            "ingest": create_key(conn, tenant_id="acme", roles=["ingest"]).token,
-            "tenant_admin": create_key(conn, tenant_id="acme", roles=["admin"], principal_id="user:ta").token,
-        }
-        principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:alice", groups=["group:hr"])
-        principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:bob", groups=["group:eng"])
-    c = Console(f"http://127.0.0.1:{port}", keys, pg_url, data / "indexes", shots)
-    docs = [
-        {"external_id": "pay", "text": PAY, "acl": {"principals": ["group:hr"]}},
-        {"external_id": "office", "text": OFFICE, "acl": {"public": True}},
+    hooks: list[ServiceHook] = [
+        partial(_no_ray_ingest, embedder=embedder),
+        partial(search_hook, embedder=embedder),
     ]
-    job = c.api("POST", "/v1/documents", "ingest", json={"documents": docs}).json()
-    assert c.wait_job(job["job_id"])["state"] == "succeeded"
-    try:
+    with app_in_thread(create_app(settings, hooks=hooks), start_timeout_s=120) as url:
+        with psycopg.connect(pg_url) as conn:
+            keys = {
+                "admin": create_key(
+                    conn, tenant_id="acme", roles=["admin", "operator"], principal_id="user:root"
+                ).token,
+                "ingest": create_key(conn, tenant_id="acme", roles=["ingest"]).token,
+                "tenant_admin": create_key(
+                    conn, tenant_id="acme", roles=["admin"], principal_id="user:ta"
+                ).token,
+            }
+            principals_repo.replace_groups(
+                conn, tenant_id="acme", principal_id="user:alice", groups=["group:hr"]
+            )
+            principals_repo.replace_groups(
+                conn, tenant_id="acme", principal_id="user:bob", groups=["group:eng"]
+            )
+        c = Console(url, keys, pg_url, data / "indexes", shots)
+        docs = [
+            {"external_id": "pay", "text": PAY, "acl": {"principals": ["group:hr"]}},
+            {"external_id": "office", "text": OFFICE, "acl": {"public": True}},
+        ]
+        job = c.api("POST", "/v1/documents", "ingest", json={"documents": docs}).json()
+        assert c.wait_job(job["job_id"])["state"] == "succeeded"
         yield c
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +147,7 @@ def browser(console: Console) -> Iterator[WebDriver]:
         driver.quit()
 
 
-def _wait(driver: WebDriver, condition, timeout: float = WAIT_S):  # type: ignore[no-untyped-def]
+def _wait(driver: WebDriver, condition, timeout: float = WAIT_S):
     return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(
         condition
     )
@@ -257,7 +244,7 @@ def test_why_not_for_a_hidden_document(browser: WebDriver, console: Console) -> 
 def _job_state(driver: WebDriver, job_id: str) -> str | None:
     """Read in the page's own JS: the table is re-rendered every second, so a Selenium element
     handle can go stale between finding and reading it."""
-    return driver.execute_script(  # type: ignore[no-any-return]
+    return driver.execute_script(
         "const r = document.querySelector(`tr[data-job-id='${arguments[0]}']`); return r && r.dataset.state;",
         job_id,
     )
@@ -306,7 +293,7 @@ def test_watch_an_ingest_job_finish(browser: WebDriver, console: Console) -> Non
 
 
 def _row(driver: WebDriver, job_id: str) -> dict | None:
-    return driver.execute_script(  # type: ignore[no-any-return]
+    return driver.execute_script(
         "const r = document.querySelector(`tr[data-job-id='${arguments[0]}']`); if (!r) return null;"
         " const p = r.querySelector('progress');"
         " return {state: r.dataset.state, text: r.textContent,"
@@ -405,7 +392,8 @@ def test_keys_page_shows_a_new_token_once(browser: WebDriver, console: Console) 
     _wait(browser, ec.text_to_be_present_in_element((By.ID, "keys-out"), "user:carol"))
     assert token not in browser.find_element(By.ID, "keys-out").text
     _shot(browser, console, "keys")
-    errors = [e for e in browser.get_log("browser") if "Content Security Policy" in e.get("message", "")]
+    logs = browser.get_log("browser")  # type: ignore[attr-defined]  # Chrome's driver has it
+    errors = [e for e in logs if "Content Security Policy" in e.get("message", "")]
     assert not errors, errors
     print(f"console screenshots: {sorted(p.name for p in console.shots.iterdir())} in {console.shots}")
 

@@ -14,12 +14,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from tests.e2e.serverproc import JOB_TIMEOUT_S, REPO, ServerProcess, auth, server_env
+from testkit.server import JOB_TIMEOUT_S, REPO, ServerProcess, auth, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -62,8 +63,8 @@ def server(db_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
         srv.kill()
 
 
-def _acl(spec: dict[str, object]) -> tuple[tuple[str, ...], bool]:
-    return tuple(sorted(spec["principals"])), bool(spec["public"])  # type: ignore[arg-type]
+def _acl(spec: dict[str, Any]) -> tuple[tuple[str, ...], bool]:
+    return tuple(sorted(spec["principals"])), bool(spec["public"])
 
 
 def _readable(doc: Doc, principal: str) -> bool:
@@ -262,7 +263,9 @@ def test_a_rebuild_killed_midway_is_never_aliased(server: ServerProcess, db_url:
             writer.step(client, wait=True)
     server.cli("index", "rebuild", "--swap", "live")
     with psycopg.connect(db_url) as conn:
-        (live,) = conn.execute("SELECT version_id FROM index_aliases WHERE alias = 'live'").fetchone()
+        row = conn.execute("SELECT version_id FROM index_aliases WHERE alias = 'live'").fetchone()
+        assert row is not None
+        (live,) = row
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "index", "rebuild", "--swap", "live"],
         env=server.env,

@@ -7,8 +7,6 @@ drew only "Unable to render this definition": a status-code check passed, the pa
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +15,8 @@ import pytest
 
 from api.app import create_app
 from core.settings import Settings
+from testkit.server import app_in_thread
 from tests.e2e.chrome import WebDriver, chrome
-from tests.e2e.serverproc import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser]
 
@@ -32,24 +30,9 @@ WAIT_S = 60.0
 @pytest.fixture(scope="module")
 def base_url(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The API with its foundation services only (no model, no index): /docs needs neither."""
-    import uvicorn
-
     settings = Settings(data_dir=tmp_path_factory.mktemp("docs-data"), database_url=pg_url)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, hooks=[]), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert server.started, "the server did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with app_in_thread(create_app(settings, hooks=[])) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +93,7 @@ def test_an_operation_opens_with_its_schema(browser: WebDriver, base_url: str) -
             None,
         )
     )
+    assert summary is not None
     summary.click()
     WebDriverWait(browser, WAIT_S).until(
         lambda d: "top_k" in d.find_element(By.CSS_SELECTOR, ".opblock.is-open").text

@@ -29,8 +29,9 @@ import httpx
 import psycopg
 import pytest
 
+from testkit.ports import free_port
+from testkit.server import auth, wait_ready
 from tests.dockerctx import REPO, assemble_app, project_install_run
-from tests.e2e.serverproc import READY_TIMEOUT_S, auth, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -172,19 +173,7 @@ def test_the_image_migrates_serves_and_answers(image_venv: Path, fresh_db: str, 
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        ready = False
-        while not ready:
-            assert proc.poll() is None, (
-                f"ragline serve exited {proc.returncode}:\n{log_path.read_text()[-4000:]}"
-            )
-            assert time.monotonic() < deadline, (
-                f"not ready after {READY_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}"
-            )
-            try:
-                ready = httpx.get(f"{base}/readyz", timeout=2.0).status_code == 200
-            except httpx.TransportError:
-                time.sleep(0.5)
+        wait_ready(base, proc, log_path)
         with httpx.Client(base_url=base, timeout=60.0, headers=auth(key)) as client:
             text = "The loading dock on the north side closes at six; deliveries after that go to reception."
             doc = {"external_id": "dock", "text": text, "acl": {"principals": ["user:a"]}}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.serverproc import REPO, server_env
+from testkit.server import REPO, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from catalog import embedded
-from tests.e2e.serverproc import ServerProcess, auth, free_port, server_env
+from testkit.ports import free_port
+from testkit.server import ServerProcess, auth, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -60,7 +61,7 @@ def own_cluster(tmp_path: Path) -> Iterator[tuple[embedded.LocalCluster, str]]:
 
 def documents(prefix: str, n: int, seed: int = 7) -> list[dict[str, object]]:
     rng = random.Random(seed)
-    docs = []
+    docs: list[dict[str, object]] = []
     for i in range(n):
         paragraphs = [" ".join(rng.choice(_WORDS) for _ in range(90)) + "." for _ in range(3)]
         docs.append(

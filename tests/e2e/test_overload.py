@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.serverproc import ServerProcess, auth, server_env
+from testkit.server import ServerProcess, auth, server_env
 from tests.e2e.test_outage import documents, push, wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -5,9 +5,6 @@ docs/benchmarks.md, not asserted."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.serverproc import REPO, auth, free_port
-from tests.e2e.test_server import Server, _wait_job, _wait_ready
+from testkit.server import ServerProcess, auth, server_env
+from tests.e2e.test_server import _wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,42 +25,24 @@ QUERY = "how do I promote the standby during a primary failover?"
 
 
 @pytest.fixture
-def replicas(db_url: str, tmp_path: Path) -> Iterator[tuple[Server, Server]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
-    env.update(
-        RAGLINE_DATABASE_URL=db_url,
-        RAGLINE_DATA_DIR=str(tmp_path / "store"),  # one store both replicas mount
-        RAGLINE_INGEST__INLINE_MAX_DOCUMENTS="100",
+def replicas(db_url: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    env = server_env(
+        db_url,
+        tmp_path / "store",  # one store both replicas mount
         RAGLINE_INDEX__POLL_SECONDS=str(POLL_SECONDS),
         RAGLINE_INDEX__MAINTENANCE_SECONDS="0",  # no rebuild of its own during the test
         RAGLINE_INDEX__SHARDS="1",
-        RAGLINE_EMBEDDING_DEVICE="cpu",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
     )
-    servers = []
-    for name in ("a", "b"):
-        port = free_port()
-        log_path = tmp_path / f"replica-{name}.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                env=env,
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        servers.append(Server(f"http://127.0.0.1:{port}", env, proc, log_path))
+    servers = [ServerProcess(env, tmp_path / f"replica-{name}.log") for name in ("a", "b")]
     try:
         for server in servers:
-            _wait_ready(server)
+            server.launch()
+        for server in servers:
+            server.wait_ready()
         yield servers[0], servers[1]
     finally:
         for server in servers:
-            if server.proc.poll() is None:
-                server.proc.kill()
-                server.proc.wait(timeout=30)
+            server.kill()
 
 
 def _ids(client: httpx.Client, token: str) -> tuple[list[str], str]:
@@ -79,10 +58,10 @@ def _next_response_ms(client: httpx.Client, token: str, acked_at: float) -> tupl
     return ids, (time.perf_counter() - acked_at) * 1000
 
 
-def test_replicas_agree_on_changes_and_swaps(replicas: tuple[Server, Server]) -> None:
+def test_replicas_agree_on_changes_and_swaps(replicas: tuple[ServerProcess, ServerProcess]) -> None:
     a, b = replicas
-    ingest, admin = a.key("ingest"), a.key("admin")
-    alice = a.key("query", principal="user:alice")
+    ingest, admin = a.key("acme", "ingest"), a.key("acme", "admin")
+    alice = a.key("acme", "query", principal="user:alice")
     ca = httpx.Client(base_url=a.base_url, timeout=60.0)
     cb = httpx.Client(base_url=b.base_url, timeout=60.0)
     docs = [
@@ -104,11 +83,11 @@ def test_replicas_agree_on_changes_and_swaps(replicas: tuple[Server, Server]) ->
     assert NOTE in ids and RUNBOOK not in ids  # alice holds no group yet
 
     # A swap made through the shared store reaches both replicas.
-    out = a.cli("index", "rebuild", "--swap", "live")
+    out = a.cli("index", "rebuild", "--swap", "live").stdout.strip()
     swapped_at = time.perf_counter()  # the alias moved just before the CLI printed and exited
     version = out.split("built ", 1)[1].split()[0]
     assert version != before
-    swap_ms = {}
+    swap_ms: dict[str, float] = {}
     deadline = time.monotonic() + SWAP_TIMEOUT_S
     while len(swap_ms) < 2 and time.monotonic() < deadline:
         for name, client in (("a", ca), ("b", cb)):

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.serverproc import JOB_TIMEOUT_S, READY_TIMEOUT_S, REPO, auth, free_port
+from testkit.server import JOB_TIMEOUT_S, REPO, ServerProcess, auth, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,88 +25,15 @@ HANDBOOK = "employee-handbook.pdf"
 SALARIES = "hr-compensation-bands.txt"
 
 
-@dataclass(frozen=True, slots=True)
-class Server:
-    base_url: str
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log_tail(self, chars: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def cli(self, *args: str) -> str:
-        out = subprocess.run(
-            [sys.executable, "-m", "cli.main", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert out.returncode == 0, f"ragline {' '.join(args)} failed: {out.stderr[-2000:]}"
-        return out.stdout.strip()
-
-    def key(self, *roles: str, principal: str | None = None) -> str:
-        args = ["keys", "create", "--tenant", "acme"]
-        for role in roles:
-            args += ["--role", role]
-        if principal:
-            args += ["--principal", principal]
-        token = self.cli(*args).splitlines()[-1]
-        assert token and " " not in token, f"unexpected key output {token!r}"
-        return token
-
-
-def _wait_ready(server: Server) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            pytest.fail(f"server exited with {server.proc.returncode} before ready:\n{server.log_tail()}")
-        try:
-            r = httpx.get(f"{server.base_url}/readyz", timeout=2.0)
-            if r.status_code == 200:
-                return
-            last = r.text
-        except httpx.TransportError as exc:
-            last = type(exc).__name__
-        time.sleep(0.5)
-    pytest.fail(f"server not ready after {READY_TIMEOUT_S}s (last: {last}):\n{server.log_tail()}")
-
-
 @pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[Server]:
+def server(db_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
     """A running ``ragline serve`` on a clean catalog; always killed at the end."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
-    env.update(
-        RAGLINE_DATABASE_URL=db_url,
-        RAGLINE_DATA_DIR=str(tmp_path / "data"),
-        RAGLINE_INGEST__INLINE_MAX_DOCUMENTS="100",  # small jobs run in-process: no Ray start-up
-        RAGLINE_EMBEDDING_DEVICE="cpu",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    log_path = tmp_path / "server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    srv = Server(f"http://127.0.0.1:{port}", env, proc, log_path)
+    srv = ServerProcess(server_env(db_url, tmp_path / "data"), tmp_path / "server.log")
     try:
-        _wait_ready(srv)
+        srv.start()
         yield srv
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        srv.kill()
 
 
 def _document(name: str) -> dict:
@@ -135,11 +59,11 @@ def _wait_job(client: httpx.Client, token: str, job_id: str) -> dict:
     raise AssertionError(f"job {job_id} still running after {JOB_TIMEOUT_S}s")
 
 
-def test_server_end_to_end(server: Server) -> None:
-    ingest = server.key("ingest")
-    admin = server.key("admin")
-    alice = server.key("query", principal="user:alice")
-    bob = server.key("query", principal="user:bob")
+def test_server_end_to_end(server: ServerProcess) -> None:
+    ingest = server.key("acme", "ingest")
+    admin = server.key("acme", "admin")
+    alice = server.key("acme", "query", principal="user:alice")
+    bob = server.key("acme", "query", principal="user:bob")
     client = httpx.Client(base_url=server.base_url, timeout=60.0)
 
     r = client.put("/v1/principals/user:alice/groups", json={"groups": ["group:eng"]}, headers=auth(admin))
@@ -189,6 +113,7 @@ def test_server_end_to_end(server: Server) -> None:
     assert "trackPageView" not in mfa["context"]["text"]  # scripts are dropped by the HTML parser
     client.close()
 
+    assert server.proc is not None
     server.proc.send_signal(signal.SIGTERM)
     try:
         code = server.proc.wait(timeout=30)

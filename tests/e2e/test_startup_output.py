@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.e2e.serverproc import REPO, free_port, server_env
+from testkit.ports import free_port
+from testkit.server import REPO, server_env, wait_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,18 +59,7 @@ def test_make_run_starts_quietly(db_url: str, tmp_path: Path) -> None:
             start_new_session=True,  # its own group: Ray's processes and the stderr filter end with it
         )
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        ready = False
-        while time.monotonic() < deadline and not ready:
-            assert proc.poll() is None, (
-                f"ragline run exited {proc.returncode}:\n{log_path.read_text()[-4000:]}"
-            )
-            try:
-                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2.0).status_code == 200
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        assert ready, f"not ready after {START_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}"
+        wait_ready(f"http://127.0.0.1:{port}", proc, log_path, timeout_s=START_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -9,9 +9,10 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from authz.api_keys import create_key
+from catalog import indexes
 from core.settings import Settings
 
 
@@ -28,21 +29,24 @@ def full_settings(db_url: str, tmp_path: Path, **overrides: object) -> Settings:
 
 
 @pytest.fixture
-def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     """The whole API (ingest runner without Ray, search service) on the session's model."""
     yield from serving_client(full_settings(db_url, tmp_path), embedder)
 
 
-def serving_client(settings: Settings, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def serving_client(settings: Settings, embedder) -> Iterator[TestClient]:
     """``full_client`` with other settings (use it as a fixture body: ``yield from``)."""
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     app = create_app(settings, hooks=hooks)
     with TestClient(app) as client:
         client.app.state.runner.config = _no_ray(client.app.state.runner.config)  # type: ignore[attr-defined]
         yield client
 
 
-def _no_ray(config):  # type: ignore[no-untyped-def]
+def _no_ray(config):
     import dataclasses
 
     return dataclasses.replace(config, use_ray=False)
@@ -65,3 +69,23 @@ def wait_job(client: TestClient, token: str, job_id: str, timeout: float = 120.0
             return job
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} did not finish in {timeout}s")
+
+
+def push_and_wait(client: TestClient, token: str, docs: list[dict]) -> dict:
+    """Push ``docs`` and wait for their job; asserts it was accepted and succeeded, returns it."""
+    resp = client.post(
+        "/v1/documents", json={"documents": docs}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert resp.status_code in (200, 202), resp.text
+    job = wait_job(client, token, resp.json()["job_id"])
+    assert job["state"] == "succeeded", job
+    return job
+
+
+def swap_live(db_url: str, client: TestClient, version: str) -> str | None:
+    """Point ``live`` at ``version`` and have the client's search service check the alias now;
+    returns the version it serves after the check (None: it refused the version)."""
+    with psycopg.connect(db_url) as conn:
+        with conn.transaction():
+            indexes.swap_alias(conn, alias="live", version_id=version)
+        return client.app.state.search.watcher.check_alias(conn)  # type: ignore[attr-defined]

@@ -105,6 +105,17 @@ class Idp:
         self._server.server_close()
 
 
+@contextmanager
+def running_idp(issuer: str = "https://idp.test/realms/acme") -> Iterator[Idp]:
+    """An identity provider serving its JWKS, holding one published RSA key ``k1``; closed at exit."""
+    provider = Idp(issuer)
+    provider.add_key("k1")
+    try:
+        yield provider
+    finally:
+        provider.close()
+
+
 def issuer_config(idp: Idp, **over: Any) -> dict[str, Any]:
     return {
         "issuer": idp.issuer,

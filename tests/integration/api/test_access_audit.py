@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def cli_env(db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def cli_env(db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The CLI on the test's catalog (the API client's too)."""
     monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
     monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path / "cli-data"))

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import audit_hook, search_hook
 from catalog import indexes
 from jobs.rebuild_job import rebuild
@@ -66,7 +66,7 @@ def test_the_audit_records_the_model_that_answered_not_the_configured_one(
     version = _serve_a_version(db_url, tmp_path, embedder)
     # A node configured with another model name, serving the version built with VERSION_MODEL.
     settings = full_settings(db_url, tmp_path, embedding_model=CONFIGURED)
-    hooks = [audit_hook, partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [audit_hook, partial(search_hook, embedder=embedder)]
     reader = make_key(db_url, TENANT, ["query"], principal="user:bob")
     admin = make_key(db_url, TENANT, ["admin", "operator"], principal="user:root")
     with TestClient(create_app(settings, hooks=hooks)) as client:

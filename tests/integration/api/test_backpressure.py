@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -22,6 +21,7 @@ from catalog import audit
 from catalog import jobs as jobs_repo
 from core.settings import Settings
 from ragline_client import Client
+from testkit.server import app_in_thread
 from tests.integration.api.conftest import make_key
 from tests.integration.client.conftest import CountingTransport
 from wiring import make_runner
@@ -40,7 +40,7 @@ def _doc(external_id: str) -> dict:
 
 
 def _settings(db_url: str, tmp_path: Path, **ingest: object) -> Settings:
-    return Settings(data_dir=tmp_path, database_url=db_url, ingest=ingest)  # type: ignore[arg-type]
+    return Settings(data_dir=tmp_path, database_url=db_url, ingest=ingest)
 
 
 @pytest.fixture
@@ -117,23 +117,10 @@ def test_without_coalescing_every_push_is_its_own_job(db_url: str, tmp_path: Pat
 
 
 def test_the_client_waits_what_retry_after_asks_then_gets_in(db_url: str, tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
     settings = _settings(db_url, tmp_path, max_queued_documents=1, queue_retry_after_seconds=1)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, hooks=[]), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
+    with app_in_thread(create_app(settings, hooks=[])) as url:
         transport = CountingTransport()
-        client = Client(f"http://127.0.0.1:{port}", make_key(db_url, "acme", ["ingest"]), transport=transport)
+        client = Client(url, make_key(db_url, "acme", ["ingest"]), transport=transport)
         first = client.push([_doc("a")])
         # the queue drains (here: its only job is cancelled) while the client waits
         drain = threading.Timer(0.3, _cancel, args=(db_url, first.job_ids[0]))
@@ -142,9 +129,6 @@ def test_the_client_waits_what_retry_after_asks_then_gets_in(db_url: str, tmp_pa
         second = client.push([_doc("b")])
         waited = time.monotonic() - started
         drain.join()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
     assert second.job_ids and second.job_ids != first.job_ids
     assert transport.sent.count("POST /v1/documents") == 3  # a, b refused, b again
     assert waited >= 0.95  # the retry waited the server's Retry-After, not the short backoff

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -16,7 +17,7 @@ from catalog import principals as principals_repo
 from catalog.reembed import write_gate_report
 from jobs.rebuild_job import rebuild
 from tests import factories
-from tests.integration.api.conftest import make_key, wait_job
+from tests.integration.api.conftest import make_key, push_and_wait, wait_job
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +27,6 @@ OFFICE = "The office opens at eight and the kitchen is restocked on Mondays."
 
 def _auth(t: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {t}"}
-
-
-def _push(client: TestClient, token: str, docs: list[dict]) -> dict:
-    resp = client.post("/v1/documents", json={"documents": docs}, headers=_auth(token))
-    assert resp.status_code in (200, 202), resp.text
-    job = wait_job(client, token, resp.json()["job_id"])
-    assert job["state"] == "succeeded", job
-    return job
 
 
 def _groups(db_url: str, principal: str, groups: list[str], tenant: str = "acme") -> None:
@@ -52,7 +45,7 @@ def seeded(full_client: TestClient, db_url: str) -> dict[str, str]:
     }
     _groups(db_url, "user:alice", ["group:hr"])
     _groups(db_url, "user:bob", ["group:eng"])
-    _push(
+    push_and_wait(
         full_client,
         keys["ingest"],
         [
@@ -66,7 +59,7 @@ def seeded(full_client: TestClient, db_url: str) -> dict[str, str]:
             {"external_id": "gone", "text": "A retired runbook about tape backups.", "acl": {"public": True}},
         ],
     )
-    _push(
+    push_and_wait(
         full_client,
         keys["other"],
         [{"external_id": "globex-only", "text": "Globex plans.", "acl": {"public": True}}],
@@ -112,7 +105,7 @@ def test_explain_reasons_from_the_catalog(full_client: TestClient, seeded: dict[
         json={"query": "salary bands", "as_principal": "user:alice", "top_k": 1},
         headers=_auth(admin),
     ).json()["results"][0]["chunk_id"]
-    _push(
+    push_and_wait(
         full_client,
         seeded["ingest"],
         [{"external_id": "pay", "text": "Pay is reviewed yearly.", "acl": {"principals": ["group:hr"]}}],
@@ -171,7 +164,7 @@ def test_every_admin_search_is_audited_like_a_retrieve(
     """Searching as the admin itself or as another principal: each leaves one entry with the
     actor, the principal searched as, the filters, the chunk ids returned and the version."""
     admin = seeded["admin"]
-    asked = [
+    asked: list[dict[str, Any]] = [
         {"query": "salary compensation bands", "as_principal": "user:alice", "top_k": 3},
         {"query": "kitchen", "filters": {"metadata": {"team": ["hr", "eng"]}}, "mode": "lexical"},
     ]
@@ -300,5 +293,5 @@ def test_console_model_examples_validate() -> None:
 
     models = (cs.DebugRetrieveOut, cs.ExplainOut, cs.PrincipalOut, cs.KeyOut, cs.KeyCreatedOut, cs.IndexOut)
     for model in (*models, cs.SwapOut, cs.QualityOut, cs.GcOut):
-        for example in model.model_config["json_schema_extra"]["examples"]:  # type: ignore[index]
+        for example in model.model_config["json_schema_extra"]["examples"]:  # type: ignore[index, union-attr]
             model.model_validate(example)

@@ -10,14 +10,17 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
-import httpx
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from starlette import testclient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from tests.integration.api.conftest import full_settings, make_key, wait_job
+
+# The TestClient's responses: httpx2's where it is installed (starlette prefers it), else httpx's.
+Response = testclient.httpx.Response
 
 pytestmark = pytest.mark.integration
 
@@ -37,9 +40,12 @@ def _auth(token: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     settings = full_settings(db_url, tmp_path, api={"request_timeout_ms": 3000})
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     with TestClient(create_app(settings, hooks=hooks)) as c:
         yield c
 
@@ -55,10 +61,10 @@ def _ingested(client: TestClient, db_url: str) -> str:
     return query
 
 
-def _retrieve_behind_lock(client: TestClient, db_url: str, token: str, *, kill: bool) -> httpx.Response:
+def _retrieve_behind_lock(client: TestClient, db_url: str, token: str, *, kill: bool) -> Response:
     """Hold an exclusive lock on ``chunks`` so the result-details read waits; with ``kill``,
     terminate that backend mid-query, else let the statement timeout end it."""
-    replies: list[httpx.Response] = []
+    replies: list[Response] = []
     with psycopg.connect(db_url) as locker:
         locker.execute("LOCK TABLE chunks IN ACCESS EXCLUSIVE MODE")
         worker = threading.Thread(

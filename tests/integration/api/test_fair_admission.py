@@ -18,12 +18,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
-from tests.e2e.serverproc import auth, free_port
+from testkit.server import app_in_thread, auth
 from tests.e2e.test_outage import documents, push
 from tests.integration.api.conftest import _no_ray, full_settings, make_key
 
@@ -35,29 +34,21 @@ B_INTERVAL_S, FLOOD_S = 0.33, 4.0
 
 
 @pytest.fixture
-def fair_server(db_url: str, tmp_path: Path, embedder) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def fair_server(db_url: str, tmp_path: Path, embedder) -> Iterator[str]:
     settings = full_settings(
         db_url,
         tmp_path,
         api={"max_inflight": 1, "max_queued": 2, "queue_timeout_ms": 3000},
         limits={"rate_per_key": A_RATE, "burst_per_key": 5, "concurrency_per_key": 2},
     )
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     app = create_app(settings, hooks=hooks)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    app.state.runner.config = _no_ray(app.state.runner.config)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
+    with app_in_thread(app, stop_timeout_s=20) as url:
+        app.state.runner.config = _no_ray(app.state.runner.config)
+        yield url
 
 
 def _ingest(base_url: str, token: str, prefix: str) -> None:

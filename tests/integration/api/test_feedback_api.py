@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import audit_hook, ingest_hook, search_hook
 from tests.integration.api.conftest import full_settings, make_key, wait_job
 
@@ -133,9 +133,13 @@ def test_bad_feedback_gets_a_422(full_client: TestClient, db_url: str, body: dic
     assert no_role.status_code == 403
 
 
-def test_the_query_is_kept_only_when_query_text_is_stored(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_the_query_is_kept_only_when_query_text_is_stored(db_url: str, tmp_path: Path, embedder) -> None:
     settings = full_settings(db_url, tmp_path, audit={"store_query_text": True})
-    hooks = [audit_hook, partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        audit_hook,
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     with TestClient(create_app(settings, hooks=hooks)) as client:
         client.app.state.runner.config = dataclasses.replace(client.app.state.runner.config, use_ray=False)  # type: ignore[attr-defined]
         s = _setup(client, db_url)

@@ -12,7 +12,7 @@ from tests.integration.api.conftest import make_key
 pytestmark = pytest.mark.integration
 
 
-def _error(resp) -> dict:  # type: ignore[no-untyped-def]
+def _error(resp) -> dict:
     body = resp.json()
     assert set(body) == {"error"}
     assert {"code", "message", "request_id"} <= set(body["error"])

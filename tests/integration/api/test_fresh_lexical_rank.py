@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from catalog import indexes
 from jobs.rebuild_job import rebuild
 from tests import factories
-from tests.integration.api.conftest import make_key, wait_job
+from tests.integration.api.conftest import make_key, push_and_wait, swap_live
 
 pytestmark = pytest.mark.integration
 
@@ -32,33 +30,22 @@ def _auth(t: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {t}"}
 
 
-def _push(client: TestClient, token: str, docs: list[dict]) -> None:
-    resp = client.post("/v1/documents", json={"documents": docs}, headers=_auth(token))
-    assert wait_job(client, token, resp.json()["job_id"])["state"] == "succeeded"
-
-
-def _swap(db_url: str, client: TestClient, version: str) -> None:
-    with psycopg.connect(db_url) as conn:
-        with conn.transaction():
-            indexes.swap_alias(conn, alias="live", version_id=version)
-        assert client.app.state.search.watcher.check_alias(conn) == version  # type: ignore[attr-defined]
-
-
 def test_a_fresh_document_ranks_as_after_a_rebuild(
     full_client: TestClient, db_url: str, tmp_path: Path
 ) -> None:
     ingest = make_key(db_url, "acme", ["ingest"])
     reader = make_key(db_url, "acme", ["query"], principal="user:r")
     public = {"public": True}
-    _push(
+    push_and_wait(
         full_client, ingest, [{"external_id": f"old{i}", "text": t, "acl": public} for i, t in enumerate(OLD)]
     )
     config = factories.rebuild(
         index_root=tmp_path / "indexes", model_name="bundled:all-MiniLM-L6-v2", n_shards=2
     )
-    _swap(db_url, full_client, rebuild(db_url, config))
+    version = rebuild(db_url, config)
+    assert swap_live(db_url, full_client, version) == version
     runbook = "Bearing lubrication runbook for the pump gearbox: grease the bearing monthly."
-    _push(full_client, ingest, [{"external_id": "runbook", "text": runbook, "acl": public}])
+    push_and_wait(full_client, ingest, [{"external_id": "runbook", "text": runbook, "acl": public}])
 
     def ranking() -> list[tuple[str, float]]:
         body = full_client.post(
@@ -69,7 +56,8 @@ def test_a_fresh_document_ranks_as_after_a_rebuild(
         return [(r["document_external_id"], r["stage_scores"]["lexical"]) for r in body["results"]]
 
     fresh = ranking()  # the runbook sits in the delta segment
-    _swap(db_url, full_client, rebuild(db_url, config))
+    version = rebuild(db_url, config)
+    assert swap_live(db_url, full_client, version) == version
     rebuilt = ranking()  # now in a shard
     assert [d for d, _ in fresh] == [d for d, _ in rebuilt]
     assert rebuilt[0][0] == "runbook"

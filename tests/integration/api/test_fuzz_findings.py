@@ -3,9 +3,12 @@ connector state were 500s (PostgreSQL errors); both are 422s now."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.integration.api.conftest import make_key
+
+pytestmark = pytest.mark.integration
 
 
 def test_an_unloadable_model_is_a_422(full_client: TestClient, db_url: str) -> None:

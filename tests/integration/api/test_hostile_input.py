@@ -147,7 +147,7 @@ def test_retrieval_filters_are_checked_and_empty_lists_apply_no_filter(
     job = full_client.post("/v1/documents", json={"documents": [doc]}, headers=_auth(ingest)).json()
     assert wait_job(full_client, ingest, job["job_id"])["state"] == "succeeded"
 
-    def retrieve(**extra: object):  # type: ignore[no-untyped-def]
+    def retrieve(**extra: object):
         body = {"query": "turbine bearings", "mode": "lexical", **extra}
         return full_client.post("/v1/retrieve", json=body, headers=_auth(reader))
 
@@ -167,7 +167,8 @@ def test_retrieval_filters_are_checked_and_empty_lists_apply_no_filter(
     old = retrieve(filters={"created_after": "1000-01-01"}).json()["results"]
     assert [r["chunk_id"] for r in old] == plain
     # One meaning for an empty list: no filter on that field, for metadata keys as for source.
-    for empty in ({"metadata": {"team": []}}, {"source": []}, {"mime_type": []}):
+    empties: list[dict[str, object]] = [{"metadata": {"team": []}}, {"source": []}, {"mime_type": []}]
+    for empty in empties:
         assert [r["chunk_id"] for r in retrieve(filters=empty).json()["results"]] == plain, empty
 
 

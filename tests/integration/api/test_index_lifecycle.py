@@ -10,7 +10,7 @@ from catalog import indexes
 from jobs.index_verify import reconcile
 from jobs.rebuild_job import rebuild, rebuild_advice
 from tests import factories
-from tests.integration.api.conftest import make_key, wait_job
+from tests.integration.api.conftest import make_key, push_and_wait, swap_live
 
 pytestmark = pytest.mark.integration
 
@@ -28,28 +28,12 @@ def _auth(t: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {t}"}
 
 
-def _push(client: TestClient, token: str, docs: list[dict]) -> None:
-    job = wait_job(
-        client,
-        token,
-        client.post("/v1/documents", json={"documents": docs}, headers=_auth(token)).json()["job_id"],
-    )
-    assert job["state"] == "succeeded", job
-
-
-def _swap(db_url: str, client: TestClient, version: str) -> str | None:
-    with psycopg.connect(db_url) as conn:
-        with conn.transaction():
-            indexes.swap_alias(conn, alias="live", version_id=version)
-        return client.app.state.search.watcher.check_alias(conn)  # type: ignore[attr-defined]
-
-
 def test_rebuild_swap_tombstones_and_corrupt_version(
     full_client: TestClient, db_url: str, tmp_path: Path, embedder
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     ingest = make_key(db_url, "acme", ["ingest"])
     reader = make_key(db_url, "acme", ["query"], principal="user:r")
-    _push(
+    push_and_wait(
         full_client,
         ingest,
         [
@@ -65,7 +49,7 @@ def test_rebuild_swap_tombstones_and_corrupt_version(
         flat_max_vectors=2,
     )
     v1 = rebuild(db_url, config)
-    assert _swap(db_url, full_client, v1) == v1
+    assert swap_live(db_url, full_client, v1) == v1
 
     def search(q: str) -> tuple[list[str], str]:
         body = full_client.post("/v1/retrieve", json={"query": q, "top_k": 3}, headers=_auth(reader)).json()
@@ -74,7 +58,7 @@ def test_rebuild_swap_tombstones_and_corrupt_version(
     hits, version = search("lava from a volcano")
     assert hits[0] == "doc0" and version == v1
     # a fresh write goes to the delta and is searchable at once
-    _push(
+    push_and_wait(
         full_client,
         ingest,
         [{"external_id": "new", "text": "Quantum entanglement of photons. " * 4, "acl": {"public": True}}],
@@ -83,7 +67,7 @@ def test_rebuild_swap_tombstones_and_corrupt_version(
     # tombstones: delete from the index and from the delta, a new version of an indexed document
     full_client.delete("/v1/documents/doc0", headers=_auth(ingest))
     full_client.delete("/v1/documents/new", headers=_auth(ingest))
-    _push(
+    push_and_wait(
         full_client,
         ingest,
         [{"external_id": "doc1", "text": "Rye flour and a starter culture. " * 4, "acl": {"public": True}}],
@@ -98,7 +82,7 @@ def test_rebuild_swap_tombstones_and_corrupt_version(
         )
         assert advice.needed
     v2 = rebuild(db_url, config)
-    assert _swap(db_url, full_client, v2) == v2
+    assert swap_live(db_url, full_client, v2) == v2
     hits, version = search("lava from a volcano")
     assert version == v2 and "doc0" not in hits and "new" not in search("entangled photons quantum")[0]
     assert search("rye flour starter")[0][0] == "doc1"
@@ -106,7 +90,7 @@ def test_rebuild_swap_tombstones_and_corrupt_version(
     v3 = rebuild(db_url, config)
     victim = next((tmp_path / "indexes" / v3).rglob("index.faiss"))
     victim.write_bytes(victim.read_bytes()[:-10])
-    assert _swap(db_url, full_client, v3) is None
+    assert swap_live(db_url, full_client, v3) is None
     error = full_client.app.state.search.last_swap_error  # type: ignore[attr-defined]
     assert error and v3 in error
     assert search("rye flour starter")[1] == v2

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     """The whole API with no GC grace, so the console's GC has something to delete."""
     yield from serving_client(full_settings(db_url, tmp_path, index={"gc_grace_seconds": 0}), embedder)
 

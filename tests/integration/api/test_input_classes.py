@@ -36,7 +36,7 @@ def _raw(body: object, *literals: tuple[str, str]) -> bytes:
     return text.encode()
 
 
-def _post_raw(client: TestClient, method: str, path: str, body: bytes, token: str):  # type: ignore[no-untyped-def]
+def _post_raw(client: TestClient, method: str, path: str, body: bytes, token: str):
     headers = {**_auth(token), "Content-Type": "application/json"}
     return client.request(method, path, content=body, headers=headers)
 
@@ -47,7 +47,7 @@ def _doc(ext: str = "good", **over: object) -> dict:
     return doc
 
 
-def _field_named(resp, *names: str) -> None:  # type: ignore[no-untyped-def]
+def _field_named(resp, *names: str) -> None:
     """The answer names the field at fault, in ``details[].loc`` or in the message."""
     error = resp.json()["error"]
     text = json.dumps(error)
@@ -164,7 +164,7 @@ def test_bad_text_and_numbers_in_retrieve_are_422(full_client: TestClient, db_ur
         _field_named(resp, field)
 
 
-def _upload(client: TestClient, token: str, **fields: str):  # type: ignore[no-untyped-def]
+def _upload(client: TestClient, token: str, **fields: str):
     data = {"external_id": "up"} | fields
     return client.post(
         "/v1/documents:upload",

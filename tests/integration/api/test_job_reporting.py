@@ -30,7 +30,7 @@ def _pdf(text: str, title: str) -> bytes:
 
 def test_titles_are_derived_and_warnings_shown(
     full_client: TestClient, db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     ingest = make_key(db_url, "acme", ["ingest"])
     reader = make_key(db_url, "acme", ["query"], principal="user:u")
     acl = {"principals": ["user:u"]}

@@ -4,17 +4,14 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from api.app import create_app
 from bench.load import LoadConfig, RequestSpec, print_results, run_rates
+from testkit.server import app_in_thread
 from tests.integration.api.conftest import full_settings, make_key
 
 pytestmark = pytest.mark.integration
@@ -22,32 +19,13 @@ pytestmark = pytest.mark.integration
 RATE, BURST = 10.0, 10
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def limited_server(db_url: str, tmp_path: Path) -> Iterator[str]:
     settings = full_settings(
         db_url, tmp_path, limits={"rate_per_key": RATE, "burst_per_key": BURST, "concurrency_per_key": 8}
     )
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, hooks=[]), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with app_in_thread(create_app(settings, hooks=[]), start_timeout_s=30, stop_timeout_s=10) as url:
+        yield url
 
 
 def test_one_key_over_its_limit_gets_429s_then_recovers(limited_server: str, db_url: str) -> None:

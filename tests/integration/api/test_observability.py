@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import audit_hook, ingest_hook, search_hook
 from catalog import changes, indexes
 from cli.main import main
@@ -53,12 +53,16 @@ def _total(samples: Samples, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def observed_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def observed_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     """The full API with the retrieve audit writer."""
     import dataclasses
 
     settings = full_settings(db_url, tmp_path)
-    hooks = [audit_hook, partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        audit_hook,
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     with TestClient(create_app(settings, hooks=hooks)) as client:
         runner = client.app.state.runner  # type: ignore[attr-defined]
         runner.config = dataclasses.replace(runner.config, use_ray=False)

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from catalog import principals as principals_repo
 from tests.integration.api.conftest import full_settings, make_key, serving_client, wait_job
-from tests.integration.api.oidc_idp import Idp, issuer_config, silent_endpoint
+from tests.integration.api.oidc_idp import Idp, issuer_config, running_idp, silent_endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +41,8 @@ def _auth(token: str) -> dict[str, str]:
 
 @pytest.fixture
 def idp() -> Iterator[Idp]:
-    provider = Idp()
-    provider.add_key("k1")
-    yield provider
-    provider.close()
+    with running_idp() as provider:
+        yield provider
 
 
 def _app(
@@ -57,7 +55,7 @@ def _app(
 
 
 @pytest.fixture
-def client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:
     app = _app(db_url, tmp_path, embedder, [issuer_config(idp)])
     client = next(app)
     for tenant, docs in DOCS.items():
@@ -230,9 +228,9 @@ def test_settings_refuse_unsafe_issuers() -> None:
         {"jwks_url": "http://idp.example.com/jwks"},
         {"jwks_url": "file:///etc/keys.json"},
     )
-    OidcSettings(issuers=[{**base, "jwks_url": "http://127.0.0.1:8080/jwks"}])  # type: ignore[list-item]
+    OidcSettings(issuers=[{**base, "jwks_url": "http://127.0.0.1:8080/jwks"}])
     for bad in unsafe:
         with pytest.raises(ValidationError):
-            OidcSettings(issuers=[{**base, **bad}])  # type: ignore[list-item]
+            OidcSettings(issuers=[{**base, **bad}])
     with pytest.raises(ValidationError):
-        OidcSettings(issuers=[base, base])  # type: ignore[list-item]
+        OidcSettings(issuers=[base, base])

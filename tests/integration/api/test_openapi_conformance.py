@@ -103,7 +103,7 @@ CASES = [
 
 
 @pytest.fixture
-def conformance(foundation_client: TestClient):  # type: ignore[no-untyped-def]
+def conformance(foundation_client: TestClient):
     schema = schemathesis.openapi.from_dict(foundation_client.get("/openapi.json").json())
     load_all_checks()
     checks = [c for c in CHECKS.get_all() if c.__name__ in _CONFORMANCE]
@@ -115,7 +115,7 @@ def conformance(foundation_client: TestClient):  # type: ignore[no-untyped-def]
 def test_edge_answers_are_the_documented_ones(
     foundation_client: TestClient,
     db_url: str,
-    conformance,  # type: ignore[no-untyped-def]
+    conformance,
     method: str,
     template: str,
     path: str,
@@ -143,7 +143,7 @@ def _path_parameters(template: str, path: str) -> dict[str, str]:
 def test_upload_answers_are_the_documented_ones(
     foundation_client: TestClient,
     db_url: str,
-    conformance,  # type: ignore[no-untyped-def]
+    conformance,
 ) -> None:
     schema, checks = conformance
     token = make_key(db_url, "acme", ["ingest"])

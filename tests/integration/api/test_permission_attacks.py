@@ -91,12 +91,12 @@ class World:
         self.checks = 0
         self.leaks: list[str] = []
 
-    def retrieve(self, token: str, **body: object):  # type: ignore[no-untyped-def]
+    def retrieve(self, token: str, **body: object):
         return self.client.post(
             "/v1/retrieve", json={"query": WORDS, "top_k": 20, **body}, headers=_auth(token)
         )
 
-    def expect_only(self, resp, allowed: set[str], tenant: str, what: str) -> None:  # type: ignore[no-untyped-def]
+    def expect_only(self, resp, allowed: set[str], tenant: str, what: str) -> None:
         self.checks += 1
         if resp.status_code != 200:
             self.leaks.append(f"{what}: status {resp.status_code} {resp.text[:200]}")
@@ -244,7 +244,7 @@ def test_other_tenants_jobs_and_documents_by_id(world: World) -> None:
     assert world.leaks == []
 
 
-def test_a_tenant_admin_cannot_run_the_deployment(world: World, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenant_admin_cannot_run_the_deployment(world: World, tmp_path) -> None:
     """Index versions, aliases, re-embeds and GC belong to the operator: a tenant admin's key
     is refused them all (and cannot mint an operator key), and sees only its own tenant's
     jobs in the status, while the operator sees every tenant's."""
@@ -345,7 +345,7 @@ def test_no_existence_oracle_across_tenants(world: World) -> None:
     globex_chunk = next(r[0] for r in rows if r[1] == "globex")
     missing_chunk = "0" * 64
 
-    def explain(**body: str):  # type: ignore[no-untyped-def]
+    def explain(**body: str):
         return world.client.post(
             "/v1/admin/explain", json={"as_principal": "user:alice", **body}, headers=acme_admin
         )

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from tests.integration.api import test_permission_attacks as suite
 from tests.integration.api.conftest import full_settings, serving_client
-from tests.integration.api.oidc_idp import Idp, issuer_config
+from tests.integration.api.oidc_idp import Idp, issuer_config, running_idp
 
 # The suite's tests, collected here so that they run with this module's ``world``.
 from tests.integration.api.test_permission_attacks import (  # noqa: F401
@@ -29,14 +29,12 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def idp() -> Iterator[Idp]:
-    provider = Idp()
-    provider.add_key("k1")
-    yield provider
-    provider.close()
+    with running_idp() as provider:
+        yield provider
 
 
 @pytest.fixture
-def token_client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def token_client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:
     settings = full_settings(db_url, tmp_path, oidc={"issuers": [issuer_config(idp)]})
     yield from serving_client(settings, embedder)
 

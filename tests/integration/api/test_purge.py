@@ -19,7 +19,7 @@ from core.settings import get_settings
 from jobs.rebuild_job import rebuild
 from services.maintenance import tick
 from tests import factories
-from tests.integration.api.conftest import make_key, wait_job
+from tests.integration.api.conftest import make_key, push_and_wait
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +32,6 @@ MARKERS = (GONE, OLD, QUEUED, ERASED)
 
 def _auth(t: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {t}"}
-
-
-def _push(client: TestClient, token: str, docs: list[dict]) -> None:
-    resp = client.post("/v1/documents", json={"documents": docs}, headers=_auth(token))
-    assert wait_job(client, token, resp.json()["job_id"])["state"] == "succeeded"
 
 
 def _in_tables(conn: psycopg.Connection, marker: str) -> list[str]:
@@ -93,7 +88,7 @@ def test_deleted_and_superseded_text_is_purged_everywhere(
     ingest = make_key(db_url, "acme", ["ingest"])
     reader = make_key(db_url, "acme", ["query"], principal="user:r")
     public = {"public": True}
-    _push(
+    push_and_wait(
         full_client,
         ingest,
         [
@@ -109,7 +104,9 @@ def test_deleted_and_superseded_text_is_purged_everywhere(
             {"external_id": "kept", "text": "The north relay keeps running.", "acl": public},
         ],
     )
-    _push(full_client, ingest, [{"external_id": "edited", "text": "Final: relay schedule.", "acl": public}])
+    push_and_wait(
+        full_client, ingest, [{"external_id": "edited", "text": "Final: relay schedule.", "acl": public}]
+    )
     index_root = get_settings().index_dir
     config = factories.rebuild(index_root=index_root, n_shards=2)
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -174,7 +171,7 @@ def test_deleted_and_superseded_text_is_purged_everywhere(
 
 def test_the_server_log_quotes_no_row_data(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        settings = dict(
+        settings: dict[str, str] = dict(
             conn.execute(
                 "SELECT name, setting FROM pg_settings WHERE name IN ('log_min_error_statement',"
                 " 'log_error_verbosity', 'log_parameter_max_length_on_error')"

@@ -20,7 +20,7 @@ GERMAN = (
 
 
 @pytest.fixture
-def multilingual_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def multilingual_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     yield from serving_client(full_settings(db_url, tmp_path, index={"lexical_multilingual": True}), embedder)
 
 

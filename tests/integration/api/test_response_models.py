@@ -8,8 +8,8 @@ from typing import TypeVar
 
 import pytest
 from fastapi.testclient import TestClient
-from httpx import Response
 from pydantic import BaseModel, TypeAdapter
+from starlette import testclient
 
 from api.app import create_app
 from api.errors import ErrorBody
@@ -25,6 +25,9 @@ from api.schemas import (
 )
 from core.settings import Settings
 from tests.integration.api.conftest import make_key, wait_job
+
+# The TestClient's responses: httpx2's where it is installed (starlette prefers it), else httpx's.
+Response = testclient.httpx.Response
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ def _rows_of(path: Path) -> set[int]:
 
 
 @pytest.fixture
-def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     """The whole API without admission control: 16 closed-loop clients on a busy 2-core
     machine would otherwise see some 503 ``overloaded`` (shedding is tested in
     tests/e2e/test_overload.py); this test is about swaps, every answer must be a 200."""
@@ -110,7 +110,7 @@ def test_swaps_under_concurrent_load(full_client: TestClient, db_url: str, tmp_p
     named = {v for v, _ in responses}
     assert len(named) >= 2 and named <= set(versions), named
     with psycopg.connect(db_url) as conn:
-        row_of = dict(conn.execute("SELECT chunk_id, chunk_row FROM chunks").fetchall())
+        row_of: dict[int, int] = dict(conn.execute("SELECT chunk_id, chunk_row FROM chunks").fetchall())
     for version, chunk_ids in responses:
         rows, _position = versions[version]
         for cid in chunk_ids:

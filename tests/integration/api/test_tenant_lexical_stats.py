@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from catalog import indexes
 from jobs.rebuild_job import rebuild
 from tests import factories
-from tests.integration.api.conftest import make_key, wait_job
+from tests.integration.api.conftest import make_key, push_and_wait, swap_live
 
 pytestmark = pytest.mark.integration
 
@@ -30,30 +28,19 @@ def _auth(t: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {t}"}
 
 
-def _push(client: TestClient, token: str, docs: list[dict]) -> None:
-    resp = client.post("/v1/documents", json={"documents": docs}, headers=_auth(token))
-    assert wait_job(client, token, resp.json()["job_id"])["state"] == "succeeded"
-
-
-def _swap(db_url: str, client: TestClient, version: str) -> None:
-    with psycopg.connect(db_url) as conn:
-        with conn.transaction():
-            indexes.swap_alias(conn, alias="live", version_id=version)
-        assert client.app.state.search.watcher.check_alias(conn) == version  # type: ignore[attr-defined]
-
-
 def test_another_tenants_private_text_moves_no_score(
     full_client: TestClient, db_url: str, tmp_path: Path
 ) -> None:
     a_ingest, b_ingest = make_key(db_url, "tenant-a", ["ingest"]), make_key(db_url, "tenant-b", ["ingest"])
     reader = make_key(db_url, "tenant-a", ["query"], principal="user:r")
-    _push(
+    push_and_wait(
         full_client,
         a_ingest,
         [{"external_id": f"a{i}", "text": t, "acl": {"public": True}} for i, t in enumerate(A_DOCS)],
     )
     config = factories.rebuild(index_root=tmp_path / "indexes", n_shards=2)
-    _swap(db_url, full_client, rebuild(db_url, config))
+    version = rebuild(db_url, config)
+    assert swap_live(db_url, full_client, version) == version
 
     def scores(mode: str) -> list[tuple[str, float, dict]]:
         body = full_client.post(
@@ -66,7 +53,7 @@ def test_another_tenants_private_text_moves_no_score(
     before = {mode: scores(mode) for mode in ("lexical", "hybrid")}
     assert before["lexical"] and before["lexical"][0][0] in {"a0", "a1"}
     # tenant B pushes private documents full of the same terms: served from the delta
-    _push(
+    push_and_wait(
         full_client,
         b_ingest,
         [
@@ -76,9 +63,12 @@ def test_another_tenants_private_text_moves_no_score(
     )
     assert {mode: scores(mode) for mode in before} == before  # not by a bit
     # a rebuild folds B's documents into the same shards as A's
-    _swap(db_url, full_client, rebuild(db_url, config))
+    version = rebuild(db_url, config)
+    assert swap_live(db_url, full_client, version) == version
     assert scores("lexical") == before["lexical"]
     # A's own text does move A's scores: the statistics are live, not frozen
-    _push(full_client, a_ingest, [{"external_id": "a9", "text": "zqzz999 " * 3, "acl": {"public": True}}])
+    push_and_wait(
+        full_client, a_ingest, [{"external_id": "a9", "text": "zqzz999 " * 3, "acl": {"public": True}}]
+    )
     moved = {d: s for d, s, _ in scores("lexical")}
     assert any(moved[d] != s for d, s, _ in before["lexical"])

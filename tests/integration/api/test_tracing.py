@@ -48,7 +48,7 @@ def exporter() -> InMemorySpanExporter:
 
 
 @pytest.fixture
-def traced_client(db_url: str, tmp_path: Path, embedder, exporter) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def traced_client(db_url: str, tmp_path: Path, embedder, exporter) -> Iterator[TestClient]:
     yield from serving_client(full_settings(db_url, tmp_path, tracing={"enabled": True}), embedder)
 
 
@@ -79,7 +79,7 @@ def test_one_trace_per_request_with_a_span_per_stage(
     assert resp.json()["results"][0]["document_external_id"] == "keys"
     finished = exporter.get_finished_spans()
     servers = [s for s in finished if s.kind == SpanKind.SERVER]
-    assert len(servers) == 1, [(s.name, s.instrumentation_scope.name) for s in servers]
+    assert len(servers) == 1, [(s.name, getattr(s.instrumentation_scope, "name", None)) for s in servers]
     server = servers[0]
     # The test's provider samples everything: a background thread's statements (the index
     # watcher's) root traces of their own here, where ragline's own provider drops them.
@@ -174,7 +174,7 @@ def test_tracing_is_off_unless_configured(tmp_path: Path) -> None:
     assert tracing_enabled(settings, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
     assert tracing_enabled(settings, {"OTEL_TRACES_EXPORTER": "otlp"})
     assert not tracing_enabled(settings, {"OTEL_TRACES_EXPORTER": "none"})
-    on = Settings(data_dir=tmp_path, tracing={"enabled": True})  # type: ignore[arg-type]
+    on = Settings(data_dir=tmp_path, tracing={"enabled": True})
     assert tracing_enabled(on, {})
     assert not tracing_enabled(on, {"OTEL_SDK_DISABLED": "true"})
 
@@ -193,8 +193,9 @@ def test_an_ingest_job_continues_the_push_trace(
     assert job.attributes is not None and job.attributes["ragline.job.kind"] == "ingest"
     batches = [s for s in trace_spans if s.name == "ingest.batch"]
     assert batches and all(b.parent is not None and b.parent.span_id == job.context.span_id for b in batches)
-    assert sum(int((b.attributes or {})["ragline.batch.documents"]) for b in batches) == len(DOCS)
-    assert all(int((b.attributes or {})["ragline.batch.chunks"]) >= 1 for b in batches)
+    counts = [dict(b.attributes or {}) for b in batches]
+    assert sum(int(str(c["ragline.batch.documents"])) for c in counts) == len(DOCS)
+    assert all(int(str(c["ragline.batch.chunks"])) >= 1 for c in counts)
     assert any(s.kind == SpanKind.CLIENT for s in trace_spans)  # the job's statements
     text = _attribute_text(tuple(trace_spans))
     assert "vault" not in text and "fish and chips" not in text
@@ -204,7 +205,7 @@ def test_the_query_is_on_the_span_only_where_its_storage_is_on(
     db_url: str,
     tmp_path: Path,
     embedder,
-    exporter: InMemorySpanExporter,  # type: ignore[no-untyped-def]
+    exporter: InMemorySpanExporter,
 ) -> None:
     settings = full_settings(db_url, tmp_path, tracing={"enabled": True}, audit={"store_query_text": True})
     for client in serving_client(settings, embedder):

@@ -5,6 +5,7 @@ the old metadata whenever the content hash matched, so ``path`` went stale after
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 
 import pytest
 from fastapi.testclient import TestClient
@@ -24,7 +25,7 @@ def _auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _push(client: TestClient, token: str, doc: dict[str, object]) -> dict:  # type: ignore[type-arg]
+def _push(client: TestClient, token: str, doc: Mapping[str, object]) -> dict:
     resp = client.post("/v1/documents", json={"documents": [doc]}, headers=_auth(token))
     assert resp.status_code == 202, resp.text
     return wait_job(client, token, resp.json()["job_id"])
@@ -45,7 +46,7 @@ def test_unchanged_repush_applies_new_metadata(full_client: TestClient, db_url: 
     job = _push(full_client, ingest, renamed)
     assert job["documents"]["unchanged"] == 1 and job["chunks"] == 0  # no new version, no embedding
 
-    def hits(**filters: list[str]) -> list[dict]:  # type: ignore[type-arg]
+    def hits(**filters: list[str]) -> list[dict]:
         body = {"query": "observatory telescope budget", "mode": "lexical", "filters": {"metadata": filters}}
         resp = full_client.post("/v1/retrieve", json=body, headers=_auth(reader))
         assert resp.status_code == 200, resp.text

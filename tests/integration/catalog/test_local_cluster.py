@@ -1,24 +1,18 @@
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from catalog import embedded
+from testkit.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_db_up_down_status(tmp_path: Path) -> None:
-    cluster = embedded.cluster_for(tmp_path, port=_free_port(), fsync=False)
+    cluster = embedded.cluster_for(tmp_path, port=free_port(), fsync=False)
     try:
         assert not embedded.is_running(cluster)
         url = embedded.up(cluster)

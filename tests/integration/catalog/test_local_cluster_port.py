@@ -23,7 +23,8 @@ import pytest
 
 from catalog import embedded
 from core.errors import ConfigError
-from tests.e2e.serverproc import REPO, free_port
+from testkit.ports import free_port
+from testkit.server import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from catalog.changes import current_position
 from catalog.principals import groups_and_position, groups_of, replace_groups
+
+pytestmark = pytest.mark.integration
 
 
 def test_groups_and_position_in_one_statement(db_url: str) -> None:

@@ -3,7 +3,6 @@ codes tell success, partial failure and failure apart."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -11,18 +10,8 @@ import pytest
 
 from catalog import jobs as jobs_repo
 from cli.main import main
-from core.settings import get_settings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cli_env(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
-    monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path / "data"))
-    get_settings.cache_clear()
-    yield db_url
-    get_settings.cache_clear()
 
 
 def _jobs(url: str) -> list[jobs_repo.JobRow]:
@@ -170,7 +159,8 @@ def test_resume_runs_a_cancelled_job_as_the_api_does(
                 )
             ],
         )
-        assert jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=None).state == "cancelled"
+        cancelled = jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=None)
+        assert cancelled is not None and cancelled.state == "cancelled"
     assert main(["jobs", "resume", str(job_id)]) == 0, capsys.readouterr().err
     assert "succeeded" in capsys.readouterr().out
     with psycopg.connect(cli_env) as conn:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -11,19 +10,9 @@ import pytest
 
 from catalog import jobs as jobs_repo
 from cli.main import main
-from core.settings import get_settings
 from tests.unit.ingest import office_factory
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cli_env(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
-    monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path / "data"))
-    get_settings.cache_clear()
-    yield db_url
-    get_settings.cache_clear()
 
 
 def test_a_folder_of_office_files_is_ingested(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -14,18 +13,8 @@ from catalog import jobs as jobs_repo
 from catalog.jobs import NewItem
 from catalog.principals import ensure_tenant
 from cli.main import main
-from core.settings import get_settings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cli_env(db_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
-    monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path / "data"))
-    get_settings.cache_clear()
-    yield db_url
-    get_settings.cache_clear()
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -4,21 +4,21 @@ session's model, PostgreSQL), so the client is tested over real HTTP."""
 from __future__ import annotations
 
 import dataclasses
-import socket
-import threading
-import time
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import psycopg
 import pytest
-import uvicorn
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
+from ragline_client import Connector, DocumentIn, FileDocument, Item, Linked
+from testkit.server import app_in_thread
 from tests.integration.api.conftest import full_settings, make_key
 
 
@@ -56,31 +56,33 @@ class CountingTransport(httpx.HTTPTransport):
         return [s for s in self.sent if not s.startswith("GET ")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:  # type: ignore[no-untyped-def]
+def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:
     # A batch limit of 2 makes a 3-document push take two batches.
     settings = full_settings(db_url, tmp_path, api={"max_batch_documents": 2})
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     app = create_app(settings, hooks=hooks)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the test server did not start")
-        time.sleep(0.05)
-    runner = app.state.runner
-    runner.config = dataclasses.replace(runner.config, use_ray=False)
-    try:
-        yield LiveServer(url=f"http://127.0.0.1:{port}", db_url=db_url)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with app_in_thread(app) as url:
+        runner = app.state.runner
+        runner.config = dataclasses.replace(runner.config, use_ray=False)
+        yield LiveServer(url=url, db_url=db_url)
+
+
+ConnectorT = TypeVar("ConnectorT", bound=Connector)
+
+
+def dies_after(connector: ConnectorT, loads: int) -> ConnectorT:
+    """Fault injection: ``connector`` dies (KeyboardInterrupt, as a killed process would) when it
+    starts loading its item number ``loads + 1``."""
+    load, count = connector.load, itertools.count(1)
+
+    def dying_load(item: Item) -> DocumentIn | FileDocument | Linked:
+        if next(count) > loads:
+            raise KeyboardInterrupt
+        return load(item)
+
+    connector.load = dying_load  # type: ignore[method-assign]
+    return connector

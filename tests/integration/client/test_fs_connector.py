@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from cli.connect import AclMap, FsConnector, posix_rule
-from ragline_client import Client, Connector, DocumentIn, FileDocument, Item, Listing, Syncer
+from ragline_client import Client, Connector, DocumentIn, Item, Listing, Syncer
 from ragline_client.models import ConnectorStateSaved, ConnectorStateUpdate
-from tests.integration.client.conftest import CountingTransport, LiveServer
+from tests.integration.client.conftest import CountingTransport, LiveServer, dies_after
 
 pytestmark = pytest.mark.integration
 
@@ -104,20 +104,6 @@ def test_incremental_sync_push_unchanged_change_delete_acl(live_server: LiveServ
     assert "hr/pay.txt" in _ids(reader, "salary bands engineering ladder")
 
 
-class _KilledAfter(FsConnector):
-    """Fault injection: the process dies (KeyboardInterrupt) when loading the n-th file."""
-
-    def __init__(self, *args: object, after: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.loads, self.after = 0, after
-
-    def load(self, item: Item) -> DocumentIn | FileDocument:
-        self.loads += 1
-        if self.loads > self.after:
-            raise KeyboardInterrupt
-        return super().load(item)
-
-
 class _DiesSavingState(Client):
     """Fault injection: the process dies after the server accepted a batch, before the state
     recording it was saved (the worst moment)."""
@@ -132,7 +118,9 @@ def test_killed_sync_resumes_without_duplicates(live_server: LiveServer, tmp_pat
     acl_map = _map(tmp_path)
     # Killed on the third file: the server's batch limit is 2, so one batch was recorded.
     with pytest.raises(KeyboardInterrupt):
-        Syncer(Client(live_server.url, key), _KilledAfter(root, name="fs-k", acl_map=acl_map, after=2)).run()
+        Syncer(
+            Client(live_server.url, key), dies_after(FsConnector(root, name="fs-k", acl_map=acl_map), 2)
+        ).run()
     assert len(Client(live_server.url, key).connector_state("fs-k").documents) == 2
     transport = CountingTransport()
     resumed = Syncer(
@@ -212,6 +200,7 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert watch.stdout is not None and watch.stderr is not None
     try:
         assert json.loads(watch.stdout.readline()) == {**_counts(unchanged=4), "skipped": SKIPPED}
         time.sleep(0.5)  # the watcher is set up right after the first sync prints
@@ -303,7 +292,7 @@ def test_acl_map_metadata_and_renames_reach_the_server(live_server: LiveServer, 
     connector = FsConnector(root, name="fs-meta", acl_map=_map(tmp_path, rules))
     assert Syncer(client, connector).run().summary() == _counts(pushed=1)
 
-    def metadata() -> dict:  # type: ignore[type-arg]
+    def metadata() -> dict:
         hits = reader.retrieve("restart the ingestion workers").results
         assert hits and hits[0].document_external_id == "runbook.md"
         return dict(hits[0].metadata)

@@ -17,9 +17,9 @@ import pytest
 from cli.connect import AclMap
 from cli.connect_sources import CodeOwners
 from ingest.files import MIME_BY_SUFFIX
-from ragline_client import Client, DocumentIn, FileDocument, Item, Syncer
+from ragline_client import Client, Syncer
 from ragline_client.git_source import GitConnector, GitRepo
-from tests.integration.client.conftest import CountingTransport, LiveServer
+from tests.integration.client.conftest import CountingTransport, LiveServer, dies_after
 
 pytestmark = pytest.mark.integration
 
@@ -240,33 +240,21 @@ def test_force_push_through_a_mirrored_url_is_a_full_resync(live_server: LiveSer
     }
 
 
-class _KilledAfter(GitConnector):
-    """Fault injection: the process dies (KeyboardInterrupt) loading the n-th file."""
-
-    def __init__(self, *args: object, after: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.loads, self.after = 0, after
-
-    def load(self, item: Item) -> DocumentIn | FileDocument:
-        self.loads += 1
-        if self.loads > self.after:
-            raise KeyboardInterrupt
-        return super().load(item)
-
-
 def test_killed_sync_resumes(live_server: LiveServer, tmp_path: Path) -> None:
     work = make_repo(tmp_path / "work")
     client = Client(live_server.url, live_server.key("ingest"))
     repo = GitRepo.open(str(work), cache_dir=tmp_path / "cache")
     rules = acl_map(tmp_path)
-    killed = _KilledAfter(
-        repo,
-        ref="main",
-        name="git-k",
-        rules=rules,
-        mime_by_suffix=MIME_BY_SUFFIX,
-        known=lambda: client.connector_state("git-k").documents,
-        after=2,
+    killed = dies_after(
+        GitConnector(
+            repo,
+            ref="main",
+            name="git-k",
+            rules=rules,
+            mime_by_suffix=MIME_BY_SUFFIX,
+            known=lambda: client.connector_state("git-k").documents,
+        ),
+        2,
     )
     with pytest.raises(KeyboardInterrupt):
         Syncer(client, killed).run()

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from bench import dovecot as dv
-from ragline_client import Client, Item, Linked, Syncer
+from ragline_client import Client, Syncer
 from ragline_client.imap_source import ImapConnector
-from tests.integration.client.conftest import CountingTransport, LiveServer
+from tests.integration.client.conftest import CountingTransport, LiveServer, dies_after
 
 pytestmark = [
     pytest.mark.integration,
@@ -142,20 +142,6 @@ def test_folder_acl_expunge_and_uidvalidity(live_server: LiveServer, server: dv.
     ann_imap.logout()
 
 
-class _KilledAfter(ImapConnector):
-    """Fault injection: the process dies (KeyboardInterrupt) loading the n-th message."""
-
-    def __init__(self, *args: object, after: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.loads, self.after = 0, after
-
-    def load(self, item: Item) -> Linked:
-        self.loads += 1
-        if self.loads > self.after:
-            raise KeyboardInterrupt
-        return super().load(item)
-
-
 def with_attachments() -> bytes:
     mail = EmailMessage()
     mail["From"], mail["To"], mail["Subject"] = "Ann <ann@example.com>", "bob@example.com", "Runbooks"
@@ -264,8 +250,8 @@ def test_killed_sync_resumes(live_server: LiveServer, server: dv.Dovecot) -> Non
     imap.append('"Ops"', None, None, message("Backups", "Restore the base backup and replay WAL.", mid="o3"))
     imap.logout()
     client = Client(live_server.url, live_server.key("ingest"))
-    killed = _KilledAfter(
-        server.host, server.port, user="ann", password=server.password, name="imap-k", after=2
+    killed = dies_after(
+        ImapConnector(server.host, server.port, user="ann", password=server.password, name="imap-k"), 2
     )
     with pytest.raises(KeyboardInterrupt):
         Syncer(client, killed).run()

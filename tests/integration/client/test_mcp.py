@@ -18,18 +18,13 @@ from typing import Any
 import pytest
 
 from ragline_client import Client, RaglineError
+from testkit.ports import free_port
 from tests.integration.client.conftest import LiveServer
 from tests.integration.client.frameworks import require, seed
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 QUERY = "how do I rotate signing keys?"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _salary_chunk(server: LiveServer) -> str:
@@ -123,7 +118,7 @@ def test_mcp_over_stdio(live_server: LiveServer) -> None:
 def mcp_http(live_server: LiveServer) -> Iterator[str]:
     """``ragline-mcp --transport http`` on a loopback port, with no configured key: every
     call must bring its user's bearer."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAGLINE_API_URL": live_server.url, "PYTHONPATH": str(REPO)}
     env.pop("RAGLINE_API_KEY", None)
     env.pop("RAGLINE_API_TOKEN", None)
@@ -141,7 +136,8 @@ def mcp_http(live_server: LiveServer) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"ragline-mcp did not start: {proc.stderr.read() if proc.stderr else ''}")
+                    said = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                    pytest.fail(f"ragline-mcp did not start: {said}")
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import re
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -18,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from api.app import create_app
 from api.services import ingest_hook, search_hook
+from testkit.server import app_in_thread
 from tests.integration.api.conftest import full_settings
-from tests.integration.api.oidc_idp import Idp
-from tests.integration.client.conftest import LiveServer, _free_port
+from tests.integration.api.oidc_idp import Idp, running_idp
+from tests.integration.client.conftest import LiveServer
 from tests.integration.client.frameworks import require, seed
 
 pytestmark = pytest.mark.integration
@@ -34,10 +33,8 @@ SECTION = (REPO / "README.md").read_text().split("## End-user identity (OIDC)", 
 
 @pytest.fixture
 def idp() -> Iterator[Idp]:
-    provider = Idp("https://login.example.com/realms/acme")
-    provider.add_key("k1")
-    yield provider
-    provider.close()
+    with running_idp("https://login.example.com/realms/acme") as provider:
+        yield provider
 
 
 @pytest.fixture
@@ -56,21 +53,9 @@ def oidc_server(
     app = create_app(
         settings, hooks=[partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
     )
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the test server did not start")
-        time.sleep(0.05)
-    app.state.runner.config = dataclasses.replace(app.state.runner.config, use_ray=False)
-    try:
-        yield LiveServer(url=f"http://127.0.0.1:{port}", db_url=db_url)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with app_in_thread(app) as url:
+        app.state.runner.config = dataclasses.replace(app.state.runner.config, use_ray=False)
+        yield LiveServer(url=url, db_url=db_url)
 
 
 def test_readme_oidc_example_runs(
@@ -115,8 +100,7 @@ def test_mcp_with_an_end_user_token(oidc_server: LiveServer, idp: Idp) -> None:
         expired = idp.token("carol", kid="k1", groups=["eng"], exp=int(time.time()) - 3600)
         async with McpClient(params(expired)) as late:
             refused = await late.call_tool("search", {"query": "rotate signing keys"})
-            assert (
-                refused.is_error and "401" in refused.content[0].text and "expired" in refused.content[0].text
-            )
+            said = getattr(refused.content[0], "text", "")  # a TextContent's
+            assert refused.is_error and "401" in said and "expired" in said
 
     asyncio.run(run())

@@ -19,8 +19,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from cli.connect_sql import SqlConnector, SqlSpec
-from ragline_client import Client, DocumentIn, Item, Syncer
-from tests.integration.client.conftest import CountingTransport, LiveServer
+from ragline_client import Client, Syncer
+from tests.integration.client.conftest import CountingTransport, LiveServer, dies_after
 
 pytestmark = pytest.mark.integration
 
@@ -172,26 +172,12 @@ def test_array_readers_and_keyset_deletes(live_server: LiveServer, source_db: st
     assert "2" not in ids(bob, "salary bands engineering ladder")
 
 
-class _KilledAfter(SqlConnector):
-    """Fault injection: the process dies (KeyboardInterrupt) loading the n-th row."""
-
-    def __init__(self, *args: object, after: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.loads, self.after = 0, after
-
-    def load(self, item: Item) -> DocumentIn:
-        self.loads += 1
-        if self.loads > self.after:
-            raise KeyboardInterrupt
-        return super().load(item)
-
-
 def test_killed_sync_resumes(live_server: LiveServer, source_db: str, tmp_path: Path) -> None:
     client = Client(live_server.url, live_server.key("ingest"))
     known = lambda: client.connector_state("sql-k").documents  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
         Syncer(
-            client, _KilledAfter(source_db, spec(tmp_path, JOINED), name="sql-k", known=known, after=2)
+            client, dies_after(SqlConnector(source_db, spec(tmp_path, JOINED), name="sql-k", known=known), 2)
         ).run()
     state = client.connector_state("sql-k")
     assert len(state.documents) == 2 and state.cursor is None

@@ -18,7 +18,7 @@ REFERENCE = {"cisi": {"lexical": 0.342, "dense": 0.421}, "cranfield": {"lexical"
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
-def test_reference_scores(name: str, shared_data: Path, pg_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_reference_scores(name: str, shared_data: Path, pg_url: str, tmp_path: Path, embedder) -> None:
     truncate_all(pg_url)
     # The references tokenize with lower-cased \w+ and a small stoplist, without stemming;
     # ragline's default lexical tokenizer also stems (measured: +0.01 to +0.02 nDCG@10).

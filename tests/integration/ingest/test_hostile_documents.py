@@ -26,7 +26,7 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from core.settings import Settings
 from ingest.parse import DOCX, EML, PNG, PPTX, XLSX
@@ -284,18 +284,21 @@ def _run_case(run: Run, ingest_key: str, case: Case) -> Row:
 
 
 @pytest.fixture(scope="module")
-def run(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:  # type: ignore[no-untyped-def]
+def run(pg_url: str, embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     truncate_all(pg_url)
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("hostile"),
         database_url=pg_url,
-        ingest={  # type: ignore[arg-type]
+        ingest={
             "parse_memory_mb": MEMORY_MB,
             "parse_timeout_seconds": TIMEOUT_S,
             "chunk_tokens": CHUNK_TOKENS,
         },
     )
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder)]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+    ]
     with TestClient(create_app(settings, hooks=hooks)) as client:
         runner = client.app.state.runner  # type: ignore[attr-defined]
         runner.config = dataclasses.replace(runner.config, use_ray=False)

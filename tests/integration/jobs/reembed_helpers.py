@@ -64,7 +64,7 @@ def write_beir(root: Path) -> Path:
     return root
 
 
-def ingest(url: str, data_dir: Path, embedder, tenant: str, docs: list[tuple[str, str, Acl]]) -> None:  # type: ignore[no-untyped-def]
+def ingest(url: str, data_dir: Path, embedder, tenant: str, docs: list[tuple[str, str, Acl]]) -> None:
     with psycopg.connect(url) as conn:
         ensure_tenant(conn, tenant_id=tenant)
         items = [
@@ -91,14 +91,14 @@ def build_live(url: str, index_root: Path) -> str:
 
 
 def migration_config(
-    settings: Settings, url: str, model: Path, *, use_ray: bool = False, **args: object
+    settings: Settings, url: str, model: Path, *, use_ray: bool = False, **args: Any
 ) -> ReembedConfig:
     config = reembed_config(
         settings,
         url,
         ReembedArgs(model=str(model), **args),
         actor="user:test-operator",
-        use_ray=use_ray,  # type: ignore[arg-type]
+        use_ray=use_ray,
     )
     return replace(config, build=replace(config.build, n_shards=2))
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 import pytest
 
@@ -21,8 +20,8 @@ from catalog.jobs import NewItem
 from catalog.principals import ensure_tenant
 from core.records import Acl
 from index.embedder import Embedder
-from index.tokens import TokenCounter
 from jobs.runner import IngestRunner, RunnerConfig
+from testkit.embedders import HookedEmbedder
 from tests import factories
 
 pytestmark = pytest.mark.integration
@@ -45,35 +44,6 @@ def _small_text(i: int) -> str:
 
 def _is_big(texts: Sequence[str]) -> bool:
     return any(BIG_WORDS[0] in t for t in texts)
-
-
-class CountingEmbedder:
-    """The real model, with a hook before every encode call (the fault-injection seam)."""
-
-    def __init__(self, inner: Embedder, before: Callable[[Sequence[str]], None] | None = None) -> None:
-        self.inner = inner
-        self.model_name, self.dim, self.max_tokens = inner.model_name, inner.dim, inner.max_tokens
-        self.before = before
-        self.calls: list[Sequence[str]] = []
-        self._lock = threading.Lock()
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        with self._lock:
-            self.calls.append(list(texts))
-        if self.before is not None:
-            self.before(texts)
-        return self.inner.embed(texts)
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
-
-    @property
-    def token_counter(self) -> TokenCounter:
-        return self.inner.token_counter
-
-    def big_calls(self) -> int:
-        with self._lock:
-            return sum(1 for c in self.calls if _is_big(c))
 
 
 def _config(db_url: str, tmp_path: Path, **overrides: Any) -> RunnerConfig:
@@ -146,18 +116,18 @@ def test_cancel_during_a_big_document_stops_at_the_next_encode_batch(
     seen_at_cancel: list[int] = []
 
     def cancel_on_third_big_call(texts: Sequence[str]) -> None:
-        if _is_big(texts) and wrapped.big_calls() == cancel_at and not seen_at_cancel:
+        if _is_big(texts) and wrapped.calls_with(BIG_WORDS[0]) == cancel_at and not seen_at_cancel:
             seen_at_cancel.append(len(wrapped.calls))
             with psycopg.connect(db_url, autocommit=True) as conn:
                 jobs_repo.request_cancel(conn, job_id=job_id, tenant_id="acme")
 
-    wrapped = CountingEmbedder(embedder, cancel_on_third_big_call)
+    wrapped = HookedEmbedder(embedder, cancel_on_third_big_call)
     runner = IngestRunner(_config(db_url, tmp_path, batch_documents=2), lambda: wrapped)
     assert runner.run_job(job_id) == "cancelled"
 
     # The encode call during which the cancel came was the last one: the next boundary stopped it.
     assert seen_at_cancel and len(wrapped.calls) == seen_at_cancel[0]
-    assert wrapped.big_calls() == cancel_at
+    assert wrapped.calls_with(BIG_WORDS[0]) == cancel_at
     with psycopg.connect(db_url) as conn:
         # The big document had many more batches to go: it was stopped inside, not after.
         states = {i.external_id: i.state for i in jobs_repo.items(conn, job_id=job_id)}
@@ -171,7 +141,7 @@ def test_cancel_during_a_big_document_stops_at_the_next_encode_batch(
         conn.commit()
     wrapped.before = None
     assert runner.run_job(job_id) == "succeeded"
-    assert wrapped.big_calls() > cancel_at + 2  # the whole big document needed many more batches
+    assert wrapped.calls_with(BIG_WORDS[0]) > cancel_at + 2  # the whole big document needed many more batches
     with psycopg.connect(db_url) as conn:
         _assert_consistent(conn, "acme", {"s0", "s1", "big", "s3"})
         _assert_counts_honest(conn, job_id)
@@ -194,7 +164,7 @@ def test_cancel_requested_job_at_start_up_is_settled_not_resumed(
     doomed = _job(db_url, "acme", [("d0", "doomed " + _small_text(0)), ("d1", "doomed " + _small_text(1))])
     _orphan(db_url, doomed, cancel=True)
     behind = _job(db_url, "acme", [("n0", "survivor " + _small_text(5))])  # same tenant, queued behind it
-    wrapped = CountingEmbedder(embedder)
+    wrapped = HookedEmbedder(embedder)
     runner = IngestRunner(_config(db_url, tmp_path), lambda: wrapped)
     finished: list[tuple[uuid.UUID, str]] = []
     runner.on_finished = lambda conn, job_id, state: finished.append((job_id, state))
@@ -226,7 +196,7 @@ def test_another_tenants_small_job_finishes_while_a_big_job_runs(
             # A sequential runner never gets to the small job: this wait would time out.
             waited_for_small.append(small_done.wait(timeout=60))
 
-    wrapped = CountingEmbedder(embedder, hold_big_until_small_is_done)
+    wrapped = HookedEmbedder(embedder, hold_big_until_small_is_done)
     runner = IngestRunner(_config(db_url, tmp_path, concurrent_jobs=2), lambda: wrapped)
     order: list[uuid.UUID] = []
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from catalog import jobs as jobs_repo
 from catalog.jobs import NewItem
 from catalog.principals import ensure_tenant
 from core.records import Acl
-from jobs.runner import IngestRunner
+from jobs.runner import IngestRunner, RunnerConfig
 from tests import factories
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -31,25 +32,47 @@ def _text(i: int, paragraphs: int = 6) -> str:
     )
 
 
+def _one(conn: psycopg.Connection, sql: LiteralString, params: tuple[object, ...] = ()) -> tuple[Any, ...]:
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
+def _ray_config(db_url: str, tmp_path: Path) -> RunnerConfig:
+    """Every job through Ray Data (no inline path), two embedding actors, batches of four."""
+    return factories.runner(
+        conninfo=db_url,
+        model_name="bundled:all-MiniLM-L6-v2",
+        data_dir=tmp_path,
+        inline_max_documents=0,
+        use_ray=True,
+        embed_actors=2,
+        batch_documents=4,
+        embedding=factories.embedding(backend="torch"),  # no ONNX export in the test
+    )
+
+
 def _assert_exactly_once(conn: psycopg.Connection, tenant: str, n_docs: int) -> None:
     docs = conn.execute(
         "SELECT count(*), count(*) FILTER (WHERE current_version = 1) FROM documents WHERE tenant_id = %s",
         (tenant,),
     ).fetchone()
     assert docs == (n_docs, n_docs)
-    versions, expected = conn.execute(
+    versions, expected = _one(
+        conn,
         "SELECT count(*), coalesce(sum(chunk_count), 0) FROM document_versions v"
         " JOIN documents d USING (doc_id)"
         " WHERE d.tenant_id = %s",
         (tenant,),
-    ).fetchone()
+    )
     assert versions == n_docs
-    chunks, leaves, embeddings = conn.execute(
+    chunks, leaves, embeddings = _one(
+        conn,
         "SELECT count(*), count(*) FILTER (WHERE level = 0), count(e.chunk_row) FROM chunks c"
         " JOIN documents d USING (doc_id) LEFT JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row"
         " WHERE d.tenant_id = %s",
         (tenant,),
-    ).fetchone()
+    )
     assert chunks == expected and embeddings == leaves > 0
 
 
@@ -63,16 +86,7 @@ def test_ray_pipeline_ingests_every_document_once(db_url: str, tmp_path: Path, r
         ]
         items.append(NewItem(external_id="broken", mime_type="application/pdf", payload=b"%PDF-1.4 garbage"))
         job_id = jobs_repo.create_job(conn, tenant_id="raytenant", kind="ingest", items=items)
-    config = factories.runner(
-        conninfo=db_url,
-        model_name="bundled:all-MiniLM-L6-v2",
-        data_dir=tmp_path,
-        inline_max_documents=0,
-        use_ray=True,
-        embed_actors=2,
-        batch_documents=4,
-        embedding=factories.embedding(backend="torch"),  # no ONNX export in the test
-    )
+    config = _ray_config(db_url, tmp_path)
     runner = IngestRunner(config, lambda: pytest.fail("the Ray path must not load an in-process embedder"))
     assert runner.run_job(job_id) == "partially_failed"
     with psycopg.connect(db_url) as conn:
@@ -120,8 +134,8 @@ def test_killed_ingest_resumes_exactly_once(db_url: str, tmp_path: Path) -> None
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert 0 < done < n, f"kill landed at {done}/{n}: tune the corpus size"
-        job_id = conn.execute("SELECT job_id FROM jobs WHERE tenant_id = 'killme'").fetchone()[0]
-        assert conn.execute("SELECT state FROM jobs WHERE job_id = %s", (job_id,)).fetchone()[0] == "running"
+        (job_id,) = _one(conn, "SELECT job_id FROM jobs WHERE tenant_id = 'killme'")
+        assert _one(conn, "SELECT state FROM jobs WHERE job_id = %s", (job_id,)) == ("running",)
     out = subprocess.run(
         [sys.executable, "-m", "cli.main", "jobs", "resume", str(job_id)],
         env=env,
@@ -147,16 +161,7 @@ def test_ray_pipeline_commits_progress_per_batch(db_url: str, tmp_path: Path, ra
             for i in range(n)
         ]
         job_id = jobs_repo.create_job(conn, tenant_id="raytenant", kind="ingest", items=items)
-    config = factories.runner(
-        conninfo=db_url,
-        model_name="bundled:all-MiniLM-L6-v2",
-        data_dir=tmp_path,
-        inline_max_documents=0,
-        use_ray=True,
-        embed_actors=2,
-        batch_documents=4,
-        embedding=factories.embedding(backend="torch"),
-    )
+    config = _ray_config(db_url, tmp_path)
     seen: list[int] = []
 
     def on_progress(_documents: int, _chunks: int) -> None:

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from core.records import Acl
 from index.manifest import read_manifest
 from jobs.ingest_job import JobContext, stage_paths
 from jobs.sources import load_source
+from testkit.ports import free_port
 from tests import factories
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,12 +46,6 @@ DOCS = 32  # enough batches (8 documents each) for two actors per stage
 # locality does not settle it: Ray keeps a result under 100 KiB in the driver's memory, with no
 # node, and reports a larger one's node only a moment after the task returns.
 STEPS = 160
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +125,7 @@ def _nodes(cluster: Cluster) -> list[dict[str, object]]:
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     temp = Path(tempfile.mkdtemp(prefix="rl-ray-", dir="/tmp"))  # short: Ray puts sockets here
-    port = _free_port()
+    port = free_port()
     env = _node_env()
     head = _ray_start(
         [

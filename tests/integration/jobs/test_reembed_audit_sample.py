@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import audit_hook, search_hook
 from authz.acl import AclFilter
 from catalog import audit
@@ -57,7 +57,7 @@ def _recording(opener: SearchOpener, calls: list[tuple[AclFilter, list[str]]]) -
         with opener(version_id) as service:
             yield _Recorder(service, calls)
 
-    return open_version  # type: ignore[return-value]
+    return open_version
 
 
 def _wait_for_audited(db_url: str, n: int) -> None:
@@ -72,7 +72,7 @@ def _wait_for_audited(db_url: str, n: int) -> None:
 
 def test_audited_queries_are_answered_as_their_own_principals(
     db_url: str, tmp_path: Path, embedder, model_variants_dir: dict[str, Path]
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     docs = h.topic_docs() + [("secret", SECRET, Acl(("group:x",), False))]
     h.ingest(db_url, tmp_path, embedder, "acme", docs)
     h.build_live(db_url, tmp_path / "indexes")
@@ -88,7 +88,7 @@ def test_audited_queries_are_answered_as_their_own_principals(
         audit={"store_query_text": True, "flush_ms": 20},
         reembed={"batch_chunks": 8, "query_sample": 10},
     )
-    hooks = [partial(search_hook, embedder=embedder), audit_hook]
+    hooks: list[ServiceHook] = [partial(search_hook, embedder=embedder), audit_hook]
     sent = 0
     with TestClient(create_app(settings, hooks=hooks)) as client:
         with psycopg.connect(db_url) as conn:

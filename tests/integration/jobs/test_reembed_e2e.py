@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import ServiceHook, create_app
 from api.services import ingest_hook, reembed_hook, search_hook
 from catalog import indexes
 from catalog import reembed as reembed_repo
@@ -30,7 +30,7 @@ def _text(i: int, marker: str) -> str:
 
 
 @pytest.fixture
-def client(db_url: str, tmp_path: Path, embedder, ray_local: None) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(db_url: str, tmp_path: Path, embedder, ray_local: None) -> Iterator[TestClient]:
     settings = Settings(
         data_dir=tmp_path,
         database_url=db_url,
@@ -39,7 +39,11 @@ def client(db_url: str, tmp_path: Path, embedder, ray_local: None) -> Iterator[T
         # wait for idle cycles; this test is about dual writes, so it keeps a nice share.
         reembed={"batch_chunks": 4, "actors": 1, "priority": "nice"},
     )
-    hooks = [partial(ingest_hook, embedder=embedder), partial(search_hook, embedder=embedder), reembed_hook]
+    hooks: list[ServiceHook] = [
+        partial(ingest_hook, embedder=embedder),
+        partial(search_hook, embedder=embedder),
+        reembed_hook,
+    ]
     with TestClient(create_app(settings, hooks=hooks)) as c:
         runner = c.app.state.runner  # type: ignore[attr-defined]
         import dataclasses

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _job(url: str, job_id):  # type: ignore[no-untyped-def]
+def _job(url: str, job_id):
     with psycopg.connect(url) as conn:
         return jobs_repo.get_job(conn, job_id=job_id)
 
@@ -33,7 +33,7 @@ def test_random_weights_fail_the_quality_gate_and_the_old_version_keeps_serving(
     db_url: str,
     tmp_path: Path,
     embedder,
-    model_variants_dir: dict[str, Path],  # type: ignore[no-untyped-def]
+    model_variants_dir: dict[str, Path],
 ) -> None:
     h.ingest(db_url, tmp_path, embedder, "gate", h.topic_docs())
     live = h.build_live(db_url, tmp_path / "indexes")
@@ -62,7 +62,7 @@ def test_random_weights_fail_the_quality_gate_and_the_old_version_keeps_serving(
         assert reembed_repo.active_migration(conn) is None  # dual writes stopped
 
 
-def _titled_docs(url: str, data_dir: Path, embedder, tenant: str) -> None:  # type: ignore[no-untyped-def]
+def _titled_docs(url: str, data_dir: Path, embedder, tenant: str) -> None:
     """The topic documents with their paraphrasing query as the title, half of them behind an
     ACL: the label-free structure probes ask each as its own readers."""
     from catalog.jobs import NewItem
@@ -96,7 +96,7 @@ def test_label_free_checks_refuse_random_weights_with_no_gate_dataset(
     db_url: str,
     tmp_path: Path,
     embedder,
-    model_variants_dir: dict[str, Path],  # type: ignore[no-untyped-def]
+    model_variants_dir: dict[str, Path],
 ) -> None:
     _titled_docs(db_url, tmp_path, embedder, "acme")
     live = h.build_live(db_url, tmp_path / "indexes")
@@ -123,7 +123,7 @@ def test_label_free_checks_refuse_random_weights_with_no_gate_dataset(
         assert gate["failed"] == [] and serving == gate["target_version"]
 
 
-def test_capacity_budget_refuses_with_the_numbers(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_capacity_budget_refuses_with_the_numbers(db_url: str, tmp_path: Path, embedder) -> None:
     h.ingest(db_url, tmp_path, embedder, "acme", h.topic_docs()[:3])
     settings = Settings(data_dir=tmp_path, database_url=db_url, reembed={"ram_budget_bytes": 1000})
     config = h.migration_config(settings, db_url, Path("bundled-variant-not-loaded"))
@@ -135,7 +135,7 @@ def test_kill_9_mid_backfill_then_resume_embeds_only_what_is_missing(
     db_url: str,
     tmp_path: Path,
     embedder,
-    model_variants_dir: dict[str, Path],  # type: ignore[no-untyped-def]
+    model_variants_dir: dict[str, Path],
 ) -> None:
     h.ingest(db_url, tmp_path, embedder, "acme", h.backfill_docs())
     h.build_live(db_url, tmp_path / "indexes")
@@ -161,7 +161,7 @@ def test_kill_9_mid_backfill_then_resume_embeds_only_what_is_missing(
     h.assert_resumed(db_url, model, killed, _job(db_url, killed.job_id).params["report"])
 
 
-def test_scheduled_rebuild_waits_for_a_running_migration(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_scheduled_rebuild_waits_for_a_running_migration(db_url: str, tmp_path: Path, embedder) -> None:
     from services.maintenance import tick
     from tests import factories
 

@@ -62,7 +62,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_due_reembed_schedule_runs_the_detached_migration_to_the_swap(
     db_url: str, tmp_path: Path, embedder, model_variants_dir: dict[str, Path]
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     h.ingest(db_url, tmp_path, embedder, "acme", h.topic_docs())
     first = h.build_live(db_url, tmp_path / "indexes")
     model = str(model_variants_dir["cls"])
@@ -104,6 +104,7 @@ def test_a_due_reembed_schedule_runs_the_detached_migration_to_the_swap(
                 if job.state not in ("queued", "running"):
                     break
                 time.sleep(0.5)
+        assert job is not None
         assert job.state == "succeeded", (job.state, job.error)
         assert pid is not None  # the detached process claimed it
         deadline = time.monotonic() + 30
@@ -128,7 +129,7 @@ def test_a_due_reembed_schedule_runs_the_detached_migration_to_the_swap(
 
 def test_kill_9_on_the_ray_path_then_resume_embeds_only_what_is_missing(
     db_url: str, tmp_path: Path, embedder, model_variants_dir: dict[str, Path], ray_local: None
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import ray
 
     h.ingest(db_url, tmp_path, embedder, "acme", h.backfill_docs())

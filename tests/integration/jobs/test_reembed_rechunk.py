@@ -27,7 +27,7 @@ BASE = "bundled:all-MiniLM-L6-v2"
 
 
 @pytest.fixture
-def client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     settings = Settings(data_dir=tmp_path, database_url=db_url, index={"maintenance_seconds": 0})
     with TestClient(create_app(settings, hooks=[partial(ingest_hook, embedder=embedder)])) as c:
         import dataclasses
@@ -84,7 +84,7 @@ def test_rechunk_from_stored_parsed_text(
         ).fetchall()
         assert len(rows) == 1 and rows[0][0] == "32/4" and rows[0][1] <= 32
         live_leaves = rows[0][2]
-        per_model = dict(
+        per_model: dict[str, int] = dict(
             conn.execute(
                 "SELECT e.model, count(*) FROM chunk_embeddings e JOIN chunks c ON c.chunk_row = e.chunk_row"
                 " JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version GROUP BY e.model"

@@ -56,7 +56,7 @@ def _finished(db_url: str, job_id: uuid.UUID, timeout_s: float = 300) -> str:
 def test_api_and_cli_start_a_migration_with_one_audit_shape(
     db_url: str,
     tmp_path: Path,
-    embedder,  # type: ignore[no-untyped-def]
+    embedder,
     model_variants_dir: dict[str, Path],
     cli_env: None,
 ) -> None:

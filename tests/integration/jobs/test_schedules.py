@@ -28,6 +28,12 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[3]
 
 
+def _record(calls: list[Any], value: Any, result: str) -> str:
+    """A runner stand-in: note the call, answer ``result``."""
+    calls.append(value)
+    return result
+
+
 def _backdate(conn: psycopg.Connection, schedule_id: int, by: timedelta) -> None:
     conn.execute("UPDATE schedules SET next_run_at = now() - %s WHERE schedule_id = %s", (by, schedule_id))
 
@@ -42,7 +48,7 @@ def test_a_missed_window_is_caught_up_once(conn: psycopg.Connection) -> None:
     _backdate(conn, row.schedule_id, timedelta(hours=3))  # 36 windows missed
     calls: list[Mapping[str, Any]] = []
     ran = schedules.run_due(
-        conn, now=datetime.now(UTC), runners={"rebuild": lambda a: calls.append(a) or "ok"}
+        conn, now=datetime.now(UTC), runners={"rebuild": lambda a: _record(calls, a, "ok")}
     )
     assert [r.schedule_id for r in ran] == [row.schedule_id] and len(calls) == 1
     (after,) = list_schedules(conn)
@@ -149,7 +155,7 @@ def test_two_run_due_processes_rebuild_once(db_url: str, tmp_path: Path) -> None
         assert len(versions) == 1 and versions[0].n_shards == 1 and versions[0].chunk_count == 6
         assert indexes.aliases(conn)["live"] == versions[0].version_id
         (after,) = list_schedules(conn)
-        assert after.next_run_at > datetime.now(UTC) and after.last_result.startswith("built")
+        assert after.next_run_at > datetime.now(UTC) and (after.last_result or "").startswith("built")
 
 
 def test_the_maintenance_tick_runs_due_schedules(db_url: str, tmp_path: Path) -> None:
@@ -166,7 +172,7 @@ def test_the_maintenance_tick_runs_due_schedules(db_url: str, tmp_path: Path) ->
         db_url,
         factories.rebuild(tmp_path / "idx"),
         factories.policy(gc_grace_seconds=3600),
-        {"rebuild": lambda args: runs.append(1) or "ran"},
+        {"rebuild": lambda args: _record(runs, 1, "ran")},
     )
     assert result.ran and [r.result for r in result.scheduled] == ["ran"] and runs == [1]
     again = tick(db_url, factories.rebuild(tmp_path / "idx"), factories.policy(), {"rebuild": lambda a: "x"})

@@ -10,7 +10,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import psycopg
@@ -81,14 +81,14 @@ class Reference:
         )
 
 
-def _executor():  # type: ignore[no-untyped-def]
+def _executor():
     from concurrent.futures import ThreadPoolExecutor
 
     return ThreadPoolExecutor(max_workers=N_SHARDS)
 
 
 @pytest.fixture
-def corpus(db_url: str, tmp_path: Path, embedder) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
+def corpus(db_url: str, tmp_path: Path, embedder) -> Iterator[dict[str, str]]:
     """48 documents in two tenants with four kinds of ACL, a flat 4-shard version on ``live``."""
     rng = random.Random(7)
     runner = IngestRunner(factories.runner(db_url, tmp_path, use_ray=False), lambda: embedder)
@@ -146,7 +146,7 @@ def _same(a: list[Hit], b: list[Hit]) -> bool:
 
 def test_fanout_equals_in_process_and_never_leaks(
     corpus: dict[str, str], db_url: str, ray_local: None, embedder
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import ray
 
     dim = embedder.dim
@@ -240,7 +240,7 @@ def test_fanout_equals_in_process_and_never_leaks(
 
 def test_search_service_through_shard_servers_answers_as_in_process(
     corpus: dict[str, str], db_url: str, tmp_path: Path, ray_local: None, embedder
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """``RAGLINE_INDEX__SHARD_SERVERS=2``: /v1/retrieve's service gives the in-process results
     (ids and scores) for 200 requests, a third in each mode."""
     from retrieve.service import RetrieveRequest
@@ -258,7 +258,7 @@ def test_search_service_through_shard_servers_answers_as_in_process(
             for n in range(200):
                 tenant, user = pick.choice(TENANTS), pick.choice(USERS)
                 acl = AclFilter(tenant, _readers(conn, tenant, user))
-                mode = ("hybrid", "dense", "lexical")[n % 3]
+                mode: Literal["hybrid", "dense", "lexical"] = ("hybrid", "dense", "lexical")[n % 3]
                 req = RetrieveRequest(
                     query=" ".join(pick.sample(WORDS, 3)), top_k=K, max_context_tokens=0, mode=mode
                 )
@@ -318,7 +318,7 @@ def _holdings(servers: list[Any], version_id: str) -> list[Holding]:
 
 def test_each_server_loads_only_its_shard_group_and_the_api_none(
     corpus: dict[str, str], db_url: str, tmp_path: Path, ray_local: None, embedder
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Server i loads shards i, i+N, ... of each version (server 0 also the delta) and the API
     that fans out loads none; a fresh write lands in server 0's delta only, a swap to a
     3-shard version re-deals the groups, and the fan-out still equals in-process."""

@@ -61,14 +61,14 @@ def test_shard_servers_continue_the_callers_trace(
     corpus: dict[str, str],  # noqa: F811
     db_url: str,
     ray_local: None,
-    embedder,  # type: ignore[no-untyped-def]
+    embedder,
     sink: str,
 ) -> None:
     import ray
 
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(TracerProvider())
-    settings = Settings(tracing={"enabled": True})  # type: ignore[arg-type]
+    settings = Settings(tracing={"enabled": True})
     config = dataclasses.replace(
         shard_server_config(settings, db_url, dim=embedder.dim),
         trace_env=(("OTEL_EXPORTER_OTLP_ENDPOINT", sink), ("OTEL_BSP_SCHEDULE_DELAY", "100")),

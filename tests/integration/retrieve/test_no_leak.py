@@ -57,7 +57,7 @@ texts = st.lists(st.sampled_from(WORDS), min_size=4, max_size=12).map(" ".join)
 
 
 @pytest.fixture(scope="module")
-def world(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder):  # type: ignore[no-untyped-def]
+def world(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder):
     from sentence_transformers import CrossEncoder
 
     from index.embedder import resolve_model_path
@@ -240,7 +240,7 @@ class NoLeak(RuleBasedStateMachine):
             return {r[0] for r in conn.execute(sql, args).fetchall()}
 
 
-def test_no_leak_under_random_histories(world) -> None:  # type: ignore[no-untyped-def]
+def test_no_leak_under_random_histories(world) -> None:
     NoLeak.world = world
     CHECKS.update(results=0, queries=0)
     runner = NoLeak.TestCase

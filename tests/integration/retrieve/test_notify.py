@@ -16,7 +16,7 @@ from wiring import build_search_service
 pytestmark = pytest.mark.integration
 
 
-def test_a_notification_wakes_the_watcher_long_before_the_poll(db_url: str, tmp_path: Path, embedder) -> None:  # type: ignore[no-untyped-def]
+def test_a_notification_wakes_the_watcher_long_before_the_poll(db_url: str, tmp_path: Path, embedder) -> None:
     settings = Settings(data_dir=tmp_path, database_url=db_url, index={"poll_seconds": 60})
     with ConnectionPool(db_url, min_size=1, max_size=2, open=True) as pool:
         service, close = build_search_service(settings, pool, embedder, watch=True)

@@ -37,7 +37,8 @@ def _catalog(conn: psycopg.Connection) -> tuple[np.ndarray, np.ndarray, list[str
         conn,
         tenant_id="t",
         documents=[
-            BulkDocument(d, f"d{d}", None, f"h{d}", PER_DOC, public=True) for d in range(1, N_DOCS + 1)
+            BulkDocument(d, f"d{d}", None, f"h{d}", PER_DOC, public=True)  # type: ignore[arg-type]  # untitled
+            for d in range(1, N_DOCS + 1)
         ],
         chunks=[
             BulkChunk(int(r), f"c{r}", int(d), int(r - 1) % PER_DOC, t, 0, 8, vec)
@@ -49,7 +50,9 @@ def _catalog(conn: psycopg.Connection) -> tuple[np.ndarray, np.ndarray, list[str
     return rows, doc_ids, texts
 
 
-def _publish(conn: psycopg.Connection, root: Path, version_id: str, catalog: tuple[np.ndarray, ...]) -> None:
+def _publish(
+    conn: psycopg.Connection, root: Path, version_id: str, catalog: tuple[np.ndarray, np.ndarray, list[str]]
+) -> None:
     rows, doc_ids, texts = catalog
     position = current_position(conn)
     path = root / version_id

@@ -33,7 +33,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
     return create_app(settings, hooks=[])  # no lifespan: nothing connects
 
 
-def _bodies(app: FastAPI) -> Iterator[tuple[str, type[BaseModel]]]:
+def _bodies(app: FastAPI) -> Iterator[tuple[str | None, type[BaseModel]]]:
     for route in iter_route_contexts(app.routes):
         field = getattr(route, "body_field", None)
         if field is None or route.path in FORM_ROUTES:
@@ -165,7 +165,7 @@ def test_echo_makes_any_text_writable() -> None:
         (rules.metadata_pair, "team=s\udcffre"),
     ],
 )
-def test_every_identifier_rule_refuses_a_lone_surrogate(rule, value: str) -> None:  # type: ignore[no-untyped-def]
+def test_every_identifier_rule_refuses_a_lone_surrogate(rule, value: str) -> None:
     """What the CLI and jobs check too (core/validation.py wraps these), not only the API."""
     with pytest.raises(rules.RuleError, match="surrogate"):
         rule(value)

@@ -58,7 +58,7 @@ def test_key_cache_can_not_exceed_one_second(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_request_defaults_follow_a_lowered_maximum() -> None:
-    s = Settings(api={"max_top_k": 5}, retrieve={"max_context_tokens": 1000})  # type: ignore[arg-type]
+    s = Settings(api={"max_top_k": 5}, retrieve={"max_context_tokens": 1000})
     assert s.api.default_top_k == 5
     assert s.retrieve.default_context_tokens == 1000
     assert Settings().api.default_top_k == 8 and Settings().retrieve.default_context_tokens == 1500

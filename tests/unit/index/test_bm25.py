@@ -96,7 +96,7 @@ def test_serving_variant_finds_terms_common_to_a_tiny_segment() -> None:
     assert positions.tolist()[0] == 0 and len(positions) == 2
 
 
-def test_method_survives_save_and_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_method_survives_save_and_load(tmp_path) -> None:
     shard = LexicalShard.build(
         ["alpha beta", "beta gamma"], np.array([1, 2]), Tokenizer(), method="robertson"
     )

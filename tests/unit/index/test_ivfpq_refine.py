@@ -11,7 +11,7 @@ import pytest
 from core.errors import InvalidInputError
 from core.settings import Settings
 from index.builder import assign_shards
-from index.faiss_shards import META_FILE, DenseShard, choose_kind, exact_search
+from index.faiss_shards import META_FILE, DenseShard, Strategy, choose_kind, exact_search
 from retrieve.planner import plan_search, search_shard
 from tests.factories import dense
 from tests.unit.index.conftest import N, recall
@@ -57,7 +57,7 @@ def test_refine_beats_the_pq_scores_alone(ivfpq: DenseShard, corpus: np.ndarray,
 
 @pytest.mark.parametrize("strategy", ["filtered", "overfetch", "unfiltered"])
 def test_acl_mask_is_respected_even_for_the_nearest_vectors(
-    ivfpq: DenseShard, corpus: np.ndarray, strategy: str
+    ivfpq: DenseShard, corpus: np.ndarray, strategy: Strategy
 ) -> None:
     # Queries are stored vectors the caller may not read: their own row is the best match,
     # refined to an exact score of 1.0, and must still never come back.

@@ -72,7 +72,7 @@ def test_the_setting_reaches_the_tokenizer_builds_and_queries_use() -> None:
     from wiring.index import lexical_tokenizer
 
     assert lexical_tokenizer(Settings()) == Tokenizer()
-    on = Settings(index={"lexical_multilingual": True})  # type: ignore[arg-type]
+    on = Settings(index={"lexical_multilingual": True})
     assert lexical_tokenizer(on) == MULTI
 
 

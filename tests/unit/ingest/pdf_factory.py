@@ -77,7 +77,8 @@ def blank_pdf() -> bytes:
 def encrypted_pdf() -> bytes:
     doc = pymupdf.open()
     doc.new_page().insert_text((72, 72), "secret text", fontsize=BODY)
-    return doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="user", owner_pw="owner")
+    aes_256 = pymupdf.PDF_ENCRYPT_AES_256  # type: ignore[attr-defined]  # absent from the stubs
+    return doc.tobytes(encryption=aes_256, user_pw="user", owner_pw="owner")
 
 
 def chapter_pdf(chapters: int = 4) -> bytes:

@@ -65,6 +65,7 @@ def test_chunking_invariants(parsed: ParsedDocument, size: int, overlap_share: f
             parents[chunk.chunk_id] = chunk
             continue
         assert chunk.token_count == words(chunk.text) <= size
+        assert chunk.parent_id is not None
         parent = parents[chunk.parent_id]  # defined before its leaves
         assert parent.char_start <= chunk.char_start and chunk.char_end <= parent.char_end
     covered = [False] * len(parsed.text)

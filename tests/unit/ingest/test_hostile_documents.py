@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def _prepare(data: bytes, mime: str = "text/plain", **config: object):  # type: ignore[no-untyped-def]
+def _prepare(data: bytes, mime: str = "text/plain", **config: Any):
     source = SourceDocument("t1", "doc", mime, data)
     return prepare(
         REF, source, current_hash=None, current=None, count_tokens=_words, config=replace(CONFIG, **config)

@@ -76,7 +76,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "build", "mime", "code"), CASES, ids=[c[0] for c in CASES])
-def test_hostile_file_costs_its_own_document(pool: ParsePool, name: str, build, mime: str, code: str) -> None:  # type: ignore[no-untyped-def]
+def test_hostile_file_costs_its_own_document(pool: ParsePool, name: str, build, mime: str, code: str) -> None:
     hostile, after = pool.parse_all([_request(build(), mime), _request(office_factory.docx_bytes(), DOCX)])
     assert isinstance(hostile, ParseError) and hostile.code == code, (name, hostile)
     assert isinstance(after, ParsedDocument) and office_factory.FACTS["rotation"] in after.text

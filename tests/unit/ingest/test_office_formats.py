@@ -128,7 +128,7 @@ def test_csv_delimiters_are_sniffed() -> None:
     [(office_factory.docx_bytes, DOCX), (office_factory.pptx_bytes, PPTX), (office_factory.xlsx_bytes, XLSX)],
     ids=["docx", "pptx", "xlsx"],
 )
-def test_office_files_are_sniffed_whatever_is_declared(build, mime: str) -> None:  # type: ignore[no-untyped-def]
+def test_office_files_are_sniffed_whatever_is_declared(build, mime: str) -> None:
     data = build()
     assert sniff_mime(data, "application/octet-stream") == mime
     parsed = parse_document(_doc(data, "text/plain"))

@@ -117,9 +117,9 @@ def test_the_settings_choose_the_parser() -> None:
 
     config = isolation_config(Settings())
     assert config.enabled and config.workers == 1 and config.memory_mb == 1024  # isolated by default
-    off = isolation_config(Settings(ingest={"isolate_parsing": False}))  # type: ignore[arg-type]
+    off = isolation_config(Settings(ingest={"isolate_parsing": False}))
     assert isinstance(make_parser(off), InProcessParser)
-    pool = make_parser(isolation_config(Settings(ingest={"parse_workers": 2})))  # type: ignore[arg-type]
+    pool = make_parser(isolation_config(Settings(ingest={"parse_workers": 2})))
     try:
         assert isinstance(pool, ParsePool) and len(pool.worker_pids()) == 2
     finally:

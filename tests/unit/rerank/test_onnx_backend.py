@@ -235,7 +235,7 @@ def test_onnx_needs_a_data_dir(model_dir: Path) -> None:
 def test_missing_folder_is_a_config_error_on_every_backend(tmp_path: Path) -> None:
     for backend in ("torch", "onnx", "auto"):
         with pytest.raises(ConfigError, match="not found"):
-            load_reranker("/nonexistent/reranker", backend=backend, data_dir=tmp_path)  # type: ignore[arg-type]
+            load_reranker("/nonexistent/reranker", backend=backend, data_dir=tmp_path)
 
 
 def test_failed_auto_export_falls_back_to_torch(
