@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import statistics
 import tempfile
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +65,9 @@ def _args() -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=20.0, help="requests/s of each run")
     p.add_argument("--duration", type=float, default=15.0, help="measured seconds per run")
     p.add_argument("--warmup", type=float, default=5.0)
+    p.add_argument(
+        "--rounds", type=int, default=1, help="off/on pairs, alternating (the order's drift cancels)"
+    )
     return p.parse_args()
 
 
@@ -82,22 +86,30 @@ def main() -> None:
         tmp = Path(tmp_s)
         request = retrieve_requests(queries, token, top_k=8, mode="hybrid", rerank=False)
         load = LoadConfig(rate=args.rate, duration_s=args.duration, warmup_s=args.warmup, seed=3)
-        runs: dict[str, LoadResult] = {}
+        runs: list[tuple[str, int, LoadResult]] = []
         variants = {
             "off": {"OTEL_SDK_DISABLED": "true"},
             "on": {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "1000"},
         }
-        for name, env in variants.items():
-            with server(url, tmp, env_extra=env) as (base, _):
-                runs[name] = asyncio.run(run_rates(base, request, [load]))[0]
+        for round_no in range(1, args.rounds + 1):
+            # Alternate which goes first, so a warming (or cooling) machine favours neither.
+            order = list(variants.items()) if round_no % 2 else list(reversed(variants.items()))
+            for name, env in order:
+                with server(url, tmp, env_extra=env) as (base, _):
+                    runs.append((name, round_no, asyncio.run(run_rates(base, request, [load]))[0]))
     sink.terminate()
-    off, on = runs["off"], runs["on"]
     print(f"\nHTTP retrieve, hybrid, {args.chunks:,} chunks, {args.rate:g} req/s, {args.duration:g}s each")
     print_table(
-        ["tracing", "sent", "ok", "p50 ms", "p95 ms", "p99 ms"],
-        [[k, r.sent, r.ok, f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.p99_ms:.1f}"] for k, r in runs.items()],
+        ["tracing", "round", "sent", "ok", "p50 ms", "p95 ms", "p99 ms"],
+        [[k, n, r.sent, r.ok, f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.p99_ms:.1f}"] for k, n, r in runs],
     )
-    print(f"ratio on/off: p50 {on.p50_ms / off.p50_ms:.2f}, p95 {on.p95_ms / off.p95_ms:.2f}")
+
+    def median(name: str, field: str) -> float:
+        return statistics.median(getattr(r, field) for k, _, r in runs if k == name)
+
+    p50 = median("on", "p50_ms") / median("off", "p50_ms")
+    p95 = median("on", "p95_ms") / median("off", "p95_ms")
+    print(f"ratio on/off (medians over {args.rounds} rounds): p50 {p50:.3f}, p95 {p95:.3f}")
     print(f"OTLP exports received: {exports.value} ({received.value:,} bytes)")
 
 
