@@ -14,7 +14,6 @@ the purged text), so GC deletes the older versions after ``index.gc_grace_second
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 import psycopg
 
@@ -232,20 +231,9 @@ def _purge_now(
     return active, counts
 
 
-def audit_entries(
-    conn: psycopg.Connection,
-    *,
-    since: datetime | None = None,
-    principal: str | None = None,
-    action: str | None = None,
-    tenant_id: str | None = None,
-    limit: int = 100,
-) -> list[AuditRow]:
-    """The audit log newest first; ``principal`` matches the actor or the principal a key
-    searched on behalf of."""
-    return audit.entries(
-        conn, since=since, principal=principal, action=action, tenant_id=tenant_id, limit=limit
-    )
+# The audit log newest first (``ragline audit``); ``principal`` matches the actor or the
+# principal a key searched on behalf of. A read: the catalog's own, re-exported for the CLI.
+audit_entries = audit.entries
 
 
 def training_pairs(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple[str, str]]:
