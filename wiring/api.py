@@ -52,10 +52,10 @@ def admission_limits(settings: Settings) -> AdmissionLimits:
 
 def body_limit(settings: Settings) -> Callable[[str], int]:
     """A request path's largest body in bytes: the upload limit for uploads, else the body limit."""
-    upload, body = settings.api.max_upload_bytes, settings.api.max_body_bytes
 
-    def limit_for(path: str) -> int:
-        return upload if path.endswith(UPLOAD_SUFFIX) else body
+    def limit_for(path: str) -> int:  # read per request, as the routes' own limits are
+        api = settings.api
+        return api.max_upload_bytes if path.endswith(UPLOAD_SUFFIX) else api.max_body_bytes
 
     return limit_for
 
