@@ -57,8 +57,8 @@ def test_unchanged_repush_applies_new_metadata(full_client: TestClient, db_url: 
     assert found[0]["metadata"]["path"] == "new/notes.md" and "team" not in found[0]["metadata"]
     assert hits(path=["new/notes.md"]) and not hits(path=["old/notes.md"]) and not hits(team=["astro"])
     fetched = full_client.get("/v1/documents/notes", headers=_auth(reader))
-    if fetched.status_code == 200:  # GET /v1/documents/{id} (issue 20) answers the metadata too
-        assert fetched.json()["metadata"]["path"] == "new/notes.md"
+    assert fetched.status_code == 200, fetched.text  # GET /v1/documents/{id} answers it too
+    assert fetched.json()["metadata"]["path"] == "new/notes.md"
 
 
 def test_the_files_own_metadata_stays_under_the_new(full_client: TestClient, db_url: str) -> None:
