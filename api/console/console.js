@@ -8,7 +8,7 @@
   let principals = [];
   const ROLES = "ragline.console.roles";
   // Which pages each role may use: a tenant admin its tenant, an operator the index.
-  const PAGE_ROLES = { search: "admin", explain: "admin", jobs: "admin", keys: "admin", index: "operator" };
+  const PAGE_ROLES = { search: "admin", explain: "admin", upload: "admin", jobs: "admin", keys: "admin", index: "operator" };
   function roles() { return (sessionStorage.getItem(ROLES) || "").split(",").filter(Boolean); }
   function allowed(page) { return roles().includes(PAGE_ROLES[page]); }
   let jobsTimer = null;
@@ -47,11 +47,13 @@
     constructor(status, code, message) { super(message); this.status = status; this.code = code; }
   }
 
+  // A FormData body goes as multipart (the browser writes its boundary); anything else as JSON.
   async function api(method, path, body) {
     const headers = { Authorization: "Bearer " + sessionStorage.getItem(KEY) };
-    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const form = body instanceof FormData;
+    if (body !== undefined && !form) headers["Content-Type"] = "application/json";
     const res = await fetch(new URL(path, API), {
-      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      method, headers, body: body === undefined ? undefined : form ? body : JSON.stringify(body),
       credentials: "omit", cache: "no-store",
     });
     const data = await res.json().catch(() => ({}));
@@ -86,6 +88,7 @@
     sessionStorage.removeItem(KEY);
     sessionStorage.removeItem(ROLES);
     stopJobs();
+    stopUploads();
     $("nav").hidden = true;
     $("who").hidden = true;
     showPage("signin");
@@ -96,7 +99,7 @@
     clear($("principal-list"), principals.map((p) => el("option", { value: p.principal_id })));
   }
 
-  const PAGES = ["signin", "search", "explain", "jobs", "index", "keys"];
+  const PAGES = ["signin", "search", "explain", "upload", "jobs", "index", "keys"];
   function showPage(name) {
     for (const p of PAGES) $("page-" + p).hidden = p !== name;
     for (const a of document.querySelectorAll("#nav a")) {
@@ -119,7 +122,9 @@
     const page = PAGES.includes(name) && name !== "signin" && allowed(name) ? name : first;
     showPage(page);
     stopJobs();
+    if (page !== "upload") stopUploads();
     if (page === "jobs") startJobs();
+    if (page === "upload" && uploads.length) startUploads();
     if (page === "index") loadIndex().catch((e) => showError("index-error", e));
     if (page === "keys") loadKeys().catch((e) => showError("keys-error", e));
   }
@@ -137,13 +142,19 @@
       : "groups: " + (groups.join(", ") || "none");
   }
 
-  function searchBody(form) {
-    const f = new FormData(form);
+  // "team=sre, year=2025" -> {team: "sre", year: "2025"}
+  function metadataOf(text) {
     const meta = {};
-    for (const pair of list(f.get("metadata") || "")) {
+    for (const pair of list(text || "")) {
       const [k, ...v] = pair.split("=");
       if (k && v.length) meta[k.trim()] = v.join("=").trim();
     }
+    return meta;
+  }
+
+  function searchBody(form) {
+    const f = new FormData(form);
+    const meta = metadataOf(f.get("metadata"));
     const body = {
       query: f.get("query"), mode: f.get("mode"), top_k: Number(f.get("top_k")),
       max_context_tokens: Number(f.get("max_context_tokens")),
@@ -246,6 +257,79 @@
         el("li", { "data-reason": r }, el("code", { text: r }), " – " + (REASONS[r] || r) +
           (r === "superseded" && x.superseded_by ? " (now version " + x.superseded_by + ")" : "")))),
       el("dl", { class: "facts" }, facts.map(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })])));
+  }
+
+  // --- upload ----------------------------------------------------------------------------
+  // Each file is one POST /v1/documents:upload (the server settles its type from the content
+  // and the name); the row then follows its job until the document is indexed or failed, with
+  // the job's reason code for that document (an encrypted or corrupt file fails there, not at
+  // the upload).
+  let uploads = [];
+  let uploadsTimer = null;
+  const FINAL = ["succeeded", "failed", "partially_failed", "cancelled"];
+
+  function uploadAcl(form) {
+    const readers = list(form.readers.value);
+    if (!readers.length && !form.public.checked)
+      throw new ApiError(400, "no_readers", "Name the readers or tick Public: a document nobody may read is never found.");
+    return { principals: readers, public: form.public.checked };
+  }
+
+  async function uploadOne(row, acl, meta) {
+    const body = new FormData();
+    body.append("file", row.file, row.file.name);
+    body.append("external_id", row.id);
+    body.append("metadata", JSON.stringify(meta));
+    body.append("acl", JSON.stringify(acl));
+    try {
+      const out = await api("POST", "v1/documents:upload", body);
+      Object.assign(row, { outcome: "queued", job: out.job_id, message: "queued in job " + out.job_id.slice(0, 8) });
+    } catch (e) {
+      Object.assign(row, { outcome: "refused", code: e.code, message: e.message });
+    }
+    renderUploads();
+  }
+
+  async function followUploads() {
+    const open = [...new Set(uploads.filter((u) => u.outcome === "queued" || u.outcome === "running").map((u) => u.job))];
+    for (const id of open) {
+      const j = await api("GET", "v1/jobs/" + id);
+      for (const u of uploads.filter((x) => x.job === id)) {
+        const err = j.errors.find((e) => e.external_id === u.id);
+        if (err) Object.assign(u, { outcome: "failed", code: err.code || "", message: err.message || "" });
+        else if (j.state === "cancelled") Object.assign(u, { outcome: "cancelled", message: "the job was cancelled" });
+        else if (FINAL.includes(j.state)) Object.assign(u, { outcome: "indexed", message: "searchable" });
+        else if (j.state === "running") Object.assign(u, { outcome: "running", message: "parsing and embedding" });
+      }
+    }
+    renderUploads();
+    if (!uploads.some((u) => u.outcome === "queued" || u.outcome === "running")) stopUploads();
+  }
+  function startUploads() {
+    stopUploads();
+    const tick = () => followUploads().then(() => showError("upload-error", null)).catch((e) => showError("upload-error", e));
+    uploadsTimer = setInterval(tick, 1000);
+    tick();
+  }
+  function stopUploads() { if (uploadsTimer) clearInterval(uploadsTimer); uploadsTimer = null; }
+
+  function renderUploads() {
+    const rows = uploads.map((u) => el("tr", { "data-file": u.file.name, "data-external-id": u.id, "data-outcome": u.outcome, "data-code": u.code || "" },
+      td(u.file.name), td(el("code", { text: u.id })), td(Math.ceil(u.file.size / 1024) + " KiB"),
+      td(el("span", { class: "state " + ({ indexed: "succeeded", refused: "failed" }[u.outcome] || u.outcome), text: u.outcome })),
+      td(u.code ? el("code", { text: u.code }) : ""), td(u.message || "")));
+    clear($("upload-out"), rows.length ? table("Uploads", ["File", "Document id", "Size", "Outcome", "Reason code", "Detail"], rows, "uploads") : null);
+  }
+
+  async function upload(form) {
+    const acl = uploadAcl(form);
+    const meta = metadataOf(form.metadata.value);
+    const prefix = form.prefix.value.trim();
+    uploads = [...form.files.files].map((file) => ({ file, id: prefix + file.name, outcome: "uploading", message: "" }));
+    renderUploads();
+    for (const row of uploads) await uploadOne(row, acl, meta);  // one at a time: the server's limits are per key
+    form.files.value = "";
+    startUploads();
   }
 
   // --- jobs ------------------------------------------------------------------------------
@@ -437,6 +521,7 @@
       clear($("explain-out"));
       renderExplain(await api("POST", "v1/admin/explain", body));
     });
+    onSubmit("upload-form", "upload-error", upload);
     onSubmit("key-form", "keys-error", async (form) => {
       const f = new FormData(form);
       const body = { roles: f.getAll("roles"), can_delegate: form.can_delegate.checked };

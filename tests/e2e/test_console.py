@@ -1,6 +1,6 @@
 """The operator console in headless Chromium against a real server (uvicorn on a thread,
 real PostgreSQL, the real embedding model): sign in, search as two principals, "why not?",
-watch an ingest job, swap and roll back an index version, create a key.
+upload files and follow each to its outcome, watch an ingest job, swap and roll back an index version, create a key.
 
 One server and one browser serve the whole module; screenshots of every page are saved
 under a temp dir whose path is printed. Skipped when chromium or chromedriver is absent
@@ -29,8 +29,9 @@ from catalog import principals as principals_repo
 from core.settings import Settings
 from jobs.rebuild_job import rebuild
 from testkit.server import app_in_thread
-from tests import factories
+from tests import factories, hostile_office
 from tests.conftest import truncate_all
+from tests.unit.ingest import office_factory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser]
 
@@ -239,6 +240,61 @@ def test_why_not_for_a_hidden_document(browser: WebDriver, console: Console) -> 
     assert "group:hr" in browser.find_element(By.ID, "explain-out").text
     assert PAY not in browser.execute_script("return document.documentElement.outerHTML")
     _shot(browser, console, "why-not")
+
+
+def _upload_rows(driver: WebDriver) -> dict[str, dict]:
+    return driver.execute_script(
+        "const out = {}; for (const r of document.querySelectorAll('#upload-out tr[data-file]'))"
+        " out[r.dataset.file] = {outcome: r.dataset.outcome, code: r.dataset.code, id: r.dataset.externalId};"
+        " return out;"
+    )
+
+
+def test_upload_office_files_with_their_outcomes(
+    browser: WebDriver, console: Console, tmp_path: Path
+) -> None:
+    """Three files picked at once: a DOCX is indexed for its readers, an encrypted DOCX fails in
+    its job as ``encrypted_document``, a ZIP is refused at the upload as ``unsupported_type``;
+    each row says so. A form with no readers is refused before anything is sent."""
+    files = {
+        "handbook.docx": office_factory.docx_bytes(rows=4),
+        "locked.docx": hostile_office.encrypted(office_factory.docx_bytes()),
+        "archive.zip": b"PK\x03\x04 not really an archive",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    browser.get(browser.current_url.split("#")[0] + "#upload")
+    _wait(browser, lambda d: d.execute_script("return document.body.dataset.page") == "upload")
+    picker = browser.find_element(By.ID, "u-files")
+    picker.send_keys(str(tmp_path / "handbook.docx"))
+    browser.find_element(By.CSS_SELECTOR, "#upload-form button[type=submit]").click()
+    _wait(browser, ec.text_to_be_present_in_element((By.ID, "upload-error"), "Name the readers"))
+    assert not _upload_rows(browser)
+    picker.clear()
+    picker.send_keys("\n".join(str(tmp_path / name) for name in files))
+    _fill(browser, "u-prefix", "share/")
+    _fill(browser, "u-readers", "group:hr")
+    _fill(browser, "u-meta", "team=people")
+    browser.find_element(By.CSS_SELECTOR, "#upload-form button[type=submit]").click()
+    final = {"indexed", "failed", "refused", "cancelled"}
+    _wait(
+        browser,
+        lambda d: len(rows := _upload_rows(d)) == 3 and all(r["outcome"] in final for r in rows.values()),
+    )
+    rows = _upload_rows(browser)
+    assert rows["handbook.docx"] == {"outcome": "indexed", "code": "", "id": "share/handbook.docx"}
+    assert rows["locked.docx"]["outcome"] == "failed" and rows["locked.docx"]["code"] == "encrypted_document"
+    assert rows["archive.zip"]["outcome"] == "refused" and rows["archive.zip"]["code"] == "unsupported_type"
+    _shot(browser, console, "upload")
+    rotation = office_factory.FACTS["rotation"]
+
+    def found(principal: str) -> dict[str, dict]:
+        body = {"query": rotation, "mode": "lexical", "as_principal": principal}
+        out = console.api("POST", "/v1/admin/retrieve", "admin", json=body).json()
+        return {r["document_external_id"]: r["metadata"] for r in out["results"]}
+
+    assert found("user:alice")["share/handbook.docx"]["team"] == "people"  # group:hr reads it
+    assert "share/handbook.docx" not in found("user:bob")
 
 
 def _job_state(driver: WebDriver, job_id: str) -> str | None:
