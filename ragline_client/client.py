@@ -233,10 +233,18 @@ class Client:
         *,
         chunk_id: str | None = None,
         external_id: str | None = None,
+        as_principal: str | None = None,
     ) -> FeedbackOut:
         """Judge one result of the retrieve ``request_id`` (its answer's ``request_id``): by
-        ``chunk_id`` or the document's ``external_id``; ``label`` relevant, not_relevant or 0-3."""
-        body = FeedbackIn(request_id=request_id, label=label, chunk_id=chunk_id, external_id=external_id)
+        ``chunk_id`` or the document's ``external_id``; ``label`` relevant, not_relevant or 0-3;
+        ``as_principal``: the end user a delegating key retrieved for (their judgement)."""
+        body = FeedbackIn(
+            request_id=request_id,
+            label=label,
+            chunk_id=chunk_id,
+            external_id=external_id,
+            as_principal=as_principal,
+        )
         return self._run(flows.feedback(body))
 
     def job(self, job_id: str) -> JobOut:
@@ -418,8 +426,15 @@ class AsyncClient:
         *,
         chunk_id: str | None = None,
         external_id: str | None = None,
+        as_principal: str | None = None,
     ) -> FeedbackOut:
-        body = FeedbackIn(request_id=request_id, label=label, chunk_id=chunk_id, external_id=external_id)
+        body = FeedbackIn(
+            request_id=request_id,
+            label=label,
+            chunk_id=chunk_id,
+            external_id=external_id,
+            as_principal=as_principal,
+        )
         return await self._run(flows.feedback(body))
 
     async def job(self, job_id: str) -> JobOut:

@@ -471,6 +471,12 @@ class FeedbackIn(Strict):
     chunk_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")] | None = None
     external_id: ExternalId | None = None
     label: Literal["relevant", "not_relevant"] | Annotated[int, Field(strict=True, ge=0, le=3)]
+    as_principal: PrincipalId | None = Field(
+        default=None,
+        description="Whose judgement it is, as on the retrieve it judges: the end user a delegating"
+        " key acted for, or (a tenant admin, as in the console's search-as) any principal of the"
+        " tenant. Recorded as that principal and checked against what that principal may read.",
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> FeedbackIn:

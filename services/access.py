@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import psycopg
 
 from authz import api_keys
+from authz import roles as role_rules
 from authz.principals import KeyAuthenticator, Principal
 from authz.roles import ROLES, check_grant
 from catalog import audit, serving
@@ -210,6 +211,25 @@ def reader_for(auth: KeyAuthenticator, principal: Principal, as_principal: str |
     if as_principal is not None:
         return auth.delegate(principal, validation.principal_id(as_principal)).principal
     return auth.with_current_groups(principal).principal
+
+
+def judge_for(auth: KeyAuthenticator, principal: Principal, as_principal: str | None) -> Principal:
+    """Whose relevance judgement a feedback is, checked as whom: the caller; with
+    ``as_principal``, the end user a delegating key acts for (as on ``/v1/retrieve``) or, for a
+    tenant admin that does not delegate, any principal of its tenant (as the console's search-as
+    on ``/v1/admin/retrieve``, whose results the admin judges).
+
+    Raises:
+        PermissionDeniedError: ``as_principal`` from a key that neither delegates nor administers.
+        InvalidInputError: a malformed ``as_principal``.
+    """
+    if (
+        as_principal is not None
+        and not principal.can_delegate
+        and role_rules.has_role(principal.roles, role_rules.ADMIN)
+    ):
+        return auth.impersonate(principal, validation.principal_id(as_principal)).principal
+    return reader_for(auth, principal, as_principal)
 
 
 def readable_chunk(conn: psycopg.Connection, reader: Principal, *, chunk_id: str) -> ChunkDetail | None:

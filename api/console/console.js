@@ -192,21 +192,22 @@
       box);
   }
 
-  function renderSearch(out) {
+  function renderSearch(out, as) {
     const p = out.principal;
     const head = el("dl", { class: "facts" },
       el("dt", { text: "Principal" }), el("dd", { id: "result-principal", text: p.principal_id + (p.known ? "" : " (unknown)") }),
       el("dt", { text: "Groups" }), el("dd", { id: "result-groups", text: p.groups.join(", ") || "none" }),
       el("dt", { text: "Index version" }), el("dd", { id: "result-version", text: out.index_version }),
       el("dt", { text: "Model" }), el("dd", { text: out.model }),
+      el("dt", { text: "Fusion" }), el("dd", { id: "result-fusion", text: fusionText(out.fusion) }),
       el("dt", { text: "Degraded" }), el("dd", { text: out.degraded.map((d) => d.stage + ": " + d.reason).join("; ") || "none" }));
     const rows = out.results.map((r) =>
       el("tr", { "data-external-id": r.document_external_id, "data-chunk-id": r.chunk_id },
         td("#" + r.rank), td(el("strong", { text: r.document_external_id }), el("br"), el("small", { text: r.title || "" })),
         td(fmt(r.score, 4)), rankCell(r, "dense"), rankCell(r, "lexical"), rankCell(r, "fused"), rankCell(r, "rerank"),
-        td(r.found_by.join(" + ")), td(el("div", { class: "snippet", text: r.text }))));
+        td(r.found_by.join(" + ")), td(el("div", { class: "snippet", text: r.text })), judgeCell(out, r, as)));
     const results = out.results.length
-      ? table("Results", ["Rank", "Document", "Score", "Dense", "Lexical", "Fused", "Rerank", "Found by", "Text"], rows, "results")
+      ? table("Results", ["Rank", "Document", "Score", "Dense", "Lexical", "Fused", "Rerank", "Found by", "Text", "Judge"], rows, "results")
       : el("p", { id: "no-results", text: "No results for this principal." });
     const plans = out.plans.length
       ? table("Planner strategy per shard", ["Shard", "Strategy", "Allowed", "Total"],
@@ -215,6 +216,57 @@
     const timings = table("Timings (ms)", Object.keys(out.timings_ms),
       [el("tr", {}, Object.values(out.timings_ms).map((v) => td(fmt(v, 1))))]);
     clear($("search-out"), head, results, renderContext(out.context), el("div", { class: "row" }, plans, timings));
+  }
+
+  function fusionText(f) {
+    if (!f) return "none (one leg)";
+    return f.method + (f.method === "rrf" ? " k=" + f.rrf_k : "") + " · weights dense " + f.weights.dense +
+      ", lexical " + f.weights.lexical + " · candidates " + f.candidates.dense + " / " + f.candidates.lexical;
+  }
+
+  // Relevance feedback on a result, as the principal the search was made as (their judgement,
+  // checked against what they may read), for this answer's request id.
+  function judgeCell(out, r, as) {
+    const cell = el("td", { class: "judge" });
+    const send = async (label) => {
+      const body = { request_id: out.request_id, chunk_id: r.chunk_id, label };
+      if (as) body.as_principal = as;
+      try {
+        await api("POST", "v1/feedback", body);
+        clear(cell, el("span", { class: "ok", "data-judged": label, text: label === "relevant" ? "judged relevant" : "judged not relevant" }));
+      } catch (e) { showError("search-error", e); }
+    };
+    cell.append(
+      el("button", { type: "button", "data-judge": "relevant", title: "relevant to this query", onclick: () => send("relevant"), text: "Relevant" }),
+      el("button", { type: "button", "data-judge": "not_relevant", title: "not relevant to this query", onclick: () => send("not_relevant"), text: "Not relevant" }));
+    return cell;
+  }
+
+  // --- tenant fusion defaults ------------------------------------------------------------
+  async function loadFusion() {
+    const f = await api("GET", "v1/admin/fusion");
+    const stored = f.tenant ? Object.entries(f.tenant).map(([k, v]) => k + "=" + v).join(", ") : "none stored";
+    clear($("fusion-now"), el("dl", { class: "facts" },
+      el("dt", { text: "In effect" }), el("dd", { id: "fusion-effective", text: fusionText(f.effective) }),
+      el("dt", { text: "Stored for the tenant" }), el("dd", { id: "fusion-stored", text: stored }),
+      el("dt", { text: "Server settings" }), el("dd", { text: fusionText(f.settings) })));
+  }
+  function fusionBody(form) {
+    const num = (name) => (form[name].value === "" ? undefined : Number(form[name].value));
+    const body = {};
+    if (form.method.value) body.method = form.method.value;
+    if (num("rrf_k") !== undefined) body.rrf_k = num("rrf_k");
+    const weights = { dense: num("w_dense"), lexical: num("w_lexical") };
+    const candidates = { dense: num("c_dense"), lexical: num("c_lexical") };
+    const given = (o) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+    if (Object.keys(given(weights)).length) body.weights = given(weights);
+    if (Object.keys(given(candidates)).length) body.candidates = given(candidates);
+    return body;
+  }
+  async function resetFusion() {
+    if (!window.confirm("Drop this tenant's ranking defaults? Its retrieves use the server's settings again.")) return;
+    try { await api("DELETE", "v1/admin/fusion"); showError("fusion-error", null); await loadFusion(); }
+    catch (e) { showError("fusion-error", e); }
   }
 
   // Why no shard shows a plan: say the one reason that holds, not a list of guesses.
@@ -511,7 +563,8 @@
     });
     onSubmit("search-form", "search-error", async (form) => {
       clear($("search-out"), el("p", { text: "Searching…" }));
-      try { renderSearch(await api("POST", "v1/admin/retrieve", searchBody(form))); }
+      const body = searchBody(form);
+      try { renderSearch(await api("POST", "v1/admin/retrieve", body), body.as_principal); }
       catch (e) { clear($("search-out")); throw e; }
     });
     onSubmit("explain-form", "explain-error", async (form) => {
@@ -522,6 +575,15 @@
       renderExplain(await api("POST", "v1/admin/explain", body));
     });
     onSubmit("upload-form", "upload-error", upload);
+    onSubmit("fusion-form", "fusion-error", async (form) => {
+      await api("PUT", "v1/admin/fusion", fusionBody(form));
+      form.reset();
+      await loadFusion();
+    });
+    $("fusion-reset").addEventListener("click", resetFusion);
+    $("fusion-box").addEventListener("toggle", () => {
+      if ($("fusion-box").open) loadFusion().catch((e) => showError("fusion-error", e));
+    });
     onSubmit("key-form", "keys-error", async (form) => {
       const f = new FormData(form);
       const body = { roles: f.getAll("roles"), can_delegate: form.can_delegate.checked };

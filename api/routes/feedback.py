@@ -22,8 +22,9 @@ router = APIRouter(prefix="/v1", tags=["retrieve"])
 def post_feedback(
     body: FeedbackIn, principal: QueryPrincipal, auth: KeyAuthDep, pool: PoolDep, settings: SettingsDep
 ) -> FeedbackOut:
-    """Record a judgement of one result (``chunk_id``) or document (``external_id``)."""
-    reader = access.reader_for(auth, principal)
+    """Record a judgement of one result (``chunk_id``) or document (``external_id``), as the
+    caller or as the principal the judged retrieve was made for (``as_principal``)."""
+    reader = access.judge_for(auth, principal, body.as_principal)
     with pool.connection() as conn:
         done = tenants.record_feedback(
             conn,

@@ -1,6 +1,7 @@
 """The operator console in headless Chromium against a real server (uvicorn on a thread,
 real PostgreSQL, the real embedding model): sign in, search as two principals, "why not?",
-upload files and follow each to its outcome, watch an ingest job, swap and roll back an index version, create a key.
+judge a result and set the tenant's fusion, upload files and follow each to its outcome,
+watch an ingest job, swap and roll back an index version, create a key.
 
 One server and one browser serve the whole module; screenshots of every page are saved
 under a temp dir whose path is printed. Skipped when chromium or chromedriver is absent
@@ -240,6 +241,39 @@ def test_why_not_for_a_hidden_document(browser: WebDriver, console: Console) -> 
     assert "group:hr" in browser.find_element(By.ID, "explain-out").text
     assert PAY not in browser.execute_script("return document.documentElement.outerHTML")
     _shot(browser, console, "why-not")
+
+
+def test_judge_a_result_and_set_the_tenant_fusion(browser: WebDriver, console: Console) -> None:
+    """Relevance feedback from the playground is recorded as the principal searched as; the
+    tenant's fusion defaults are shown, set and reset from the page, and a search names the
+    fusion it used."""
+    _search_as(browser, "user:alice")
+    assert browser.find_element(By.ID, "result-fusion").text.startswith("rrf k=60")
+    top = browser.find_element(By.CSS_SELECTOR, "table.results tbody tr")
+    chunk_id = top.get_attribute("data-chunk-id")
+    top.find_element(By.CSS_SELECTOR, "button[data-judge='relevant']").click()
+    _wait(browser, ec.presence_of_element_located((By.CSS_SELECTOR, "[data-judged='relevant']")))
+    with psycopg.connect(console.db_url) as conn:
+        judged = conn.execute(
+            "SELECT principal_id, chunk_id, grade FROM feedback WHERE tenant_id = 'acme'"
+        ).fetchall()
+    assert judged == [("user:alice", chunk_id, 1)]
+
+    browser.find_element(By.CSS_SELECTOR, "#fusion-box summary").click()
+    _wait(browser, ec.text_to_be_present_in_element((By.ID, "fusion-stored"), "none stored"))
+    Select(browser.find_element(By.ID, "fu-method")).select_by_value("convex")
+    _fill(browser, "fu-wd", "0.7")
+    _fill(browser, "fu-wl", "0.3")
+    browser.find_element(By.CSS_SELECTOR, "#fusion-form button[type=submit]").click()
+    _wait(browser, ec.text_to_be_present_in_element((By.ID, "fusion-effective"), "convex"))
+    assert "dense 0.7, lexical 0.3" in browser.find_element(By.ID, "fusion-effective").text
+    browser.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
+    _wait(browser, ec.text_to_be_present_in_element((By.ID, "result-fusion"), "convex"))
+    _shot(browser, console, "search-fusion")
+    browser.find_element(By.ID, "fusion-reset").click()
+    _wait(browser, ec.alert_is_present()).accept()
+    _wait(browser, ec.text_to_be_present_in_element((By.ID, "fusion-stored"), "none stored"))
+    assert browser.find_element(By.ID, "fusion-effective").text.startswith("rrf k=60")
 
 
 def _upload_rows(driver: WebDriver) -> dict[str, dict]:

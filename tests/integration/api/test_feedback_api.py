@@ -107,6 +107,40 @@ def test_feedback_is_stored_acl_checked_tenant_isolated_and_audited(
     assert send(s["eve"], external_id="open", label=1)[0] == 404
 
 
+def test_feedback_as_the_end_user_a_retrieve_was_made_for(full_client: TestClient, db_url: str) -> None:
+    """``as_principal`` on feedback follows the retrieve's rules: a delegating key judges for
+    its end user (recorded as them, checked against what they read), a tenant admin for any
+    principal of its tenant (the console's search-as); any other key is refused, and a chunk
+    the named principal cannot read is not found, as for the caller itself."""
+    s = _setup(full_client, db_url)
+    service = make_key(db_url, "acme", ["query"], principal="service:app", delegate=True)
+    admin = make_key(db_url, "acme", ["admin"], principal="user:root")
+    plain = make_key(db_url, "acme", ["query"], principal="user:plain")
+    outsider = make_key(db_url, "other", ["admin"], principal="user:other-root")
+
+    def send(token: str, as_principal: str, chunk: str) -> int:
+        body = {"request_id": s["request_id"], "chunk_id": s[chunk], "label": 3, "as_principal": as_principal}
+        return full_client.post("/v1/feedback", json=body, headers=_auth(token)).status_code
+
+    assert send(service, "user:eve", "chunk_secret") == 200  # eve is in group:eng
+    assert send(admin, "user:eve", "chunk_open") == 200
+    assert send(service, "user:bob", "chunk_secret") == 404  # bob may not read it
+    assert send(admin, "user:bob", "chunk_secret") == 404
+    assert send(outsider, "user:eve", "chunk_open") == 404  # another tenant's chunk
+    assert send(plain, "user:eve", "chunk_open") == 403  # neither delegates nor administers
+    assert send(service, "not a principal", "chunk_open") == 422
+    rows = _rows(db_url)
+    assert [(r[1], r[3], r[4]) for r in rows] == [
+        ("user:eve", s["chunk_secret"], 3),
+        ("user:eve", s["chunk_open"], 3),
+    ]
+    with psycopg.connect(db_url) as conn:
+        actors = conn.execute(
+            "SELECT actor FROM audit_log WHERE action = 'feedback.record' ORDER BY seq"
+        ).fetchall()
+    assert actors == [("service:app",), ("user:root",)]  # who sent it, not whom it is for
+
+
 @pytest.mark.parametrize(
     "body",
     [
