@@ -76,6 +76,11 @@ def test_every_method_against_a_real_server(live_server: LiveServer, tmp_path: P
     with pytest.raises(RaglineError) as hidden:  # a document alice cannot read is not found
         alice.feedback(hits.request_id, "relevant", external_id="salaries")
     assert hidden.value.status == 404
+    # A tenant admin judges as the principal searched for (the console's search-as)
+    as_alice = admin.feedback(
+        hits.request_id, 0, chunk_id=hits.results[0].chunk_id, as_principal="user:alice"
+    )
+    assert as_alice.grade == 0
     tuned = alice.retrieve("rotate signing keys", fusion={"method": "convex", "weights": {"dense": 0.3}})
     assert tuned.fusion is not None and (tuned.fusion.method, tuned.fusion.weights["dense"]) == (
         "convex",
