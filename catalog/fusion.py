@@ -9,6 +9,8 @@ from typing import Literal
 import psycopg
 from psycopg.rows import class_row
 
+from catalog.changes import record_change
+
 FusionMethod = Literal["rrf", "convex"]
 
 
@@ -39,6 +41,22 @@ def tenant_defaults(conn: psycopg.Connection, *, tenant_id: str) -> FusionOverri
         ).fetchone()
 
 
+def tenant_defaults_at(conn: psycopg.Connection, *, tenant_id: str) -> tuple[FusionOverride | None, int]:
+    """The tenant's stored defaults and the change-feed position they were read at, in one
+    statement (one snapshot): a serving node may keep them until it applies a later ``fusion``
+    change of the tenant."""
+    row = conn.execute(
+        "SELECT (SELECT coalesce(max(seq), 0) FROM catalog_changes), f.tenant_id,"
+        f" {', '.join('f.' + f.name for f in fields(FusionOverride))}"
+        " FROM (SELECT 1) AS one LEFT JOIN tenant_fusion AS f ON f.tenant_id = %s",
+        (tenant_id,),
+    ).fetchone()
+    if row is None:  # the outer query always yields its one row
+        raise RuntimeError("tenant_defaults_at returned nothing")
+    position, found = int(row[0]), row[1] is not None
+    return (FusionOverride(*row[2:]) if found else None), position
+
+
 def set_tenant_defaults(
     conn: psycopg.Connection, *, tenant_id: str, defaults: FusionOverride, actor: str
 ) -> None:
@@ -53,11 +71,15 @@ def set_tenant_defaults(
         " updated_at = now()",
         {**values, "tenant_id": tenant_id, "actor": actor},
     )
+    record_change(conn, tenant_id=tenant_id, kind="fusion")
 
 
 def clear_tenant_defaults(conn: psycopg.Connection, *, tenant_id: str) -> bool:
     """Drop the tenant's defaults; True when it had some."""
-    return conn.execute("DELETE FROM tenant_fusion WHERE tenant_id = %s", (tenant_id,)).rowcount > 0
+    had = conn.execute("DELETE FROM tenant_fusion WHERE tenant_id = %s", (tenant_id,)).rowcount > 0
+    if had:
+        record_change(conn, tenant_id=tenant_id, kind="fusion")
+    return had
 
 
 def all_tenant_defaults(conn: psycopg.Connection) -> dict[str, FusionOverride]:

@@ -34,6 +34,9 @@ from retrieve.watcher import IndexWatcher
 
 Mode = Literal["hybrid", "dense", "lexical"]
 
+# Tenants whose fusion defaults one node keeps (a few bytes each).
+_TENANT_FUSION_CACHE = 10_000
+
 
 class Scorer(Protocol):
     def score(
@@ -161,6 +164,8 @@ class SearchService:
         self.searcher, self.embedders, self.counter, self.reranker = searcher, embedders, counter, reranker
         self.fusion, self.rerank_config = config.fusion, config.rerank
         self.trace_query_text = config.trace_query_text
+        # tenant -> (its stored fusion defaults, the catalog position they were read at)
+        self._tenant_fusion: dict[str, tuple[FusionOverride | None, int]] = {}
 
     # --- the index behind it, for the health and admin routes ------------------------------
     def readiness(self) -> str:
@@ -232,7 +237,7 @@ class SearchService:
         # Fanning out, this process holds no shard: the servers build the masks that count.
         readable = masks.allowed if self.shards is None else masks.documents
         slog.time("acl_filter", t)
-        fusion = self.fusion_for(acl.tenant_id, req.fusion)
+        fusion = self._fusion_at(acl.tenant_id, req.fusion)
         if req.mode == "hybrid" and fusion.dense_weight == 0 and fusion.lexical_weight == 0:
             raise InvalidInputError("fusion: both leg weights are 0 (tenant default and request together)")
         fused: list[FusedHit] = []
@@ -265,10 +270,23 @@ class SearchService:
 
     def fusion_for(self, tenant_id: str, override: FusionOverride | None = None) -> FusionConfig:
         """The fusion a tenant's request uses: settings, then the tenant's stored defaults, then
-        the request's own fields."""
-        with self.read_pool.connection() as conn:
-            tenant = fusion_repo.tenant_defaults(conn, tenant_id=tenant_id)
-        return self.fusion.merged(tenant).merged(override)
+        the request's own fields; as of now (caught up with the catalog first)."""
+        self._ensure_fresh(None)
+        return self._fusion_at(tenant_id, override)
+
+    def _fusion_at(self, tenant_id: str, override: FusionOverride | None) -> FusionConfig:
+        """``fusion_for`` on a view already caught up with the caller's position: the tenant's
+        defaults come from a copy kept until the view applies a later ``fusion`` change of the
+        tenant (so a change is in effect on every node from the response that made it, as a
+        group change is), not from a catalog read per request."""
+        cached = self._tenant_fusion.get(tenant_id)
+        if cached is None or cached[1] < self.state.view.setting_marks.get(tenant_id, 0):
+            with self.read_pool.connection() as conn:
+                cached = fusion_repo.tenant_defaults_at(conn, tenant_id=tenant_id)
+            if len(self._tenant_fusion) >= _TENANT_FUSION_CACHE:
+                self._tenant_fusion.clear()  # bounded: a node serving very many tenants re-reads
+            self._tenant_fusion[tenant_id] = cached
+        return self.fusion.merged(cached[0]).merged(override)
 
     def _ensure_fresh(self, position: int | None) -> int:
         """Catch up with every change committed before this request (fails closed).

@@ -215,6 +215,9 @@ class ServingState:
                 self.view.upsert(doc)
             versioned = sorted({c.doc_id for c in found if c.kind == "version" and c.doc_id is not None})
             self._current = self._with_delta(conn, self.current, versioned)
+            for c in found:
+                if c.kind == "fusion":
+                    self.view.setting_marks[c.tenant_id] = c.seq
             self.view.position = found[-1].seq
             conn.commit()
             return len(found)

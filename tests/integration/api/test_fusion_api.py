@@ -146,3 +146,36 @@ def test_only_an_admin_sets_the_tenant_fusion(full_client: TestClient, db_url: s
         == 403
     )
     assert full_client.get("/v1/admin/fusion", headers=_auth(alice)).status_code == 403
+
+
+def test_a_change_made_elsewhere_is_in_effect_from_the_next_request(
+    full_client: TestClient, db_url: str
+) -> None:
+    """The serving node keeps a tenant's defaults between requests and drops them when it
+    applies the tenant's ``fusion`` change: a change another node writes to the catalog (here
+    on a connection of its own) holds from the next request, and so does its removal."""
+    from catalog import fusion as fusion_repo
+
+    _ingest(full_client, db_url, "acme")
+    alice = make_key(db_url, "acme", ["query"], principal="user:alice")
+
+    def method() -> str:
+        r = full_client.post("/v1/retrieve", json={"query": "vault keys"}, headers=_auth(alice))
+        assert r.status_code == 200, r.text
+        return str(r.json()["fusion"]["method"])
+
+    assert method() == "rrf"
+    assert method() == "rrf"  # now from the node's copy
+    with psycopg.connect(db_url) as conn:
+        fusion_repo.set_tenant_defaults(
+            conn, tenant_id="acme", defaults=fusion_repo.FusionOverride(method="convex"), actor="elsewhere"
+        )
+    assert method() == "convex"
+    assert method() == "convex"
+    with psycopg.connect(db_url) as conn:
+        assert fusion_repo.clear_tenant_defaults(conn, tenant_id="acme")
+        kinds = conn.execute(
+            "SELECT kind FROM catalog_changes WHERE tenant_id = 'acme' AND kind = 'fusion'"
+        ).fetchall()
+    assert method() == "rrf"
+    assert kinds == [("fusion",), ("fusion",)]
