@@ -88,8 +88,9 @@ def test_a_killed_server_is_replaced_and_answers_are_full_again(
             assert gone and not _compare(fanout, ref, conn, 30, seed=22) & gone
 
             old_pid = ray.get(servers[1].pid.remote())
-            survivor = {int(r) for p in ref.state.current.version.shards if p.shard % N_SERVERS == 0
-                        for r in p.row_ids}  # fmt: skip
+            loaded = ref.state.current.version
+            assert loaded is not None
+            survivor = {int(r) for p in loaded.shards if p.shard % N_SERVERS == 0 for r in p.row_ids}
             os.kill(old_pid, signal.SIGKILL)
             killed = time.monotonic()
             degraded, full_at, n, slowest = 0, None, 0, 0.0
