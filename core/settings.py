@@ -142,6 +142,9 @@ class IndexSettings(Section):
     # Shard servers (Ray actors on the cluster at ray_address) that search the version for the
     # API; 0 = in-process, the default for one machine.
     shard_servers: int = Field(0, ge=0, le=256)
+    # How long the API's swap waits for every shard server to hold the new version (a server
+    # restarting after a crash, or loading): past it the swap is refused and retried.
+    shard_server_wait_seconds: float = Field(60.0, gt=0.0)
 
 
 class RetrieveSettings(Section):

@@ -13,6 +13,12 @@ first round), as in-process, so the merged lists equal the in-process ones. Each
 only its group's shards of each version it serves (dense and lexical files and their per-shard
 catalog positions; ``index.builder.ShardSelection``), so a version larger than one node's
 memory is served by enough servers; the API process that fans out loads none.
+
+A server whose process dies is recreated by Ray and reloads the alias's version by itself; the
+fan-out skips it meanwhile and readmits it once ready (``jobs.shard_health`` says how and why
+actors rather than Ray Serve). One answer never mixes versions: the fan-out keeps the lists of
+one version (the one it serves, confirmed on every server at each swap by ``await_version``)
+and names a server that answered from another in ``degraded``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -35,6 +42,7 @@ from core.records import Hit
 from index.bm25_shards import LexicalStats
 from index.builder import ShardSelection
 from index.tokenize import Tokenizer
+from jobs.shard_health import ServerHealth, ShardServersNotReadyError
 from retrieve.hybrid import HybridSearcher, PlannerConfig, StageLog, build_masks
 from retrieve.remote import RemoteLists
 from retrieve.serving import ServingState, ShardStats
@@ -178,6 +186,15 @@ class ShardServer:
             rss_bytes(),
         )
 
+    def ready(self) -> Holding:
+        """The readiness probe: answers only once ``__init__`` (the shard load) has ended, so a
+        restarted server answers it when it can search; the fan-out checks the version."""
+        return self.holding()
+
+    def pid(self) -> int:
+        """This actor's worker process (operators and the recovery test kill it)."""
+        return os.getpid()
+
     def shard_stats(self) -> list[ShardStats]:
         return self.state.shard_stats()
 
@@ -193,12 +210,20 @@ class ShardServer:
 
 
 def start_shard_servers(template: ShardServerConfig, *, n_servers: int, num_cpus: float = 0.5) -> list[Any]:
-    """Ray actors serving the version's shards in groups; returns once every one has loaded."""
+    """Ray actors serving the version's shards in groups; returns once every one has loaded.
+
+    Ray restarts a server whose process dies, without limit (``max_restarts=-1``: a server that
+    keeps dying keeps its shards missing from answers, which ``degraded`` says, rather than
+    going for good after some count); a call in flight then fails, never replayed
+    (``max_task_retries=0``). ``ray.kill`` ends one for good.
+    """
     import ray
 
     # Threaded actors: requests from several API threads search one server concurrently, as
     # they do in-process (the serving state is built for concurrent readers).
-    actor: Any = ray.remote(ShardServer).options(num_cpus=num_cpus, max_restarts=0, max_concurrency=8)
+    actor: Any = ray.remote(ShardServer).options(
+        num_cpus=num_cpus, max_restarts=-1, max_task_retries=0, max_concurrency=8
+    )
     servers = [actor.remote(replace(template, group=i, n_groups=n_servers)) for i in range(n_servers)]
     nodes = ray.get([s.node_id.remote() for s in servers])
     log.info("%d shard servers up on nodes %s", len(servers), sorted(set(nodes)))
@@ -213,6 +238,28 @@ class FanoutAnswer:
     degraded: list[dict[str, str]]
 
 
+def _one_version(
+    answers: Sequence[tuple[int, ShardAnswer]], serving: str | None
+) -> tuple[list[ShardAnswer], list[dict[str, str]]]:
+    """The answers of one version, and a ``degraded`` entry per server left out.
+
+    Servers follow the alias each on its own, so during a swap (or after a restart) they may
+    answer from two versions, whose shard groups differ (another shard count re-deals the
+    chunks): merged, such lists could hold a chunk twice or miss one silently. The version the
+    fan-out serves wins when any server answered from it, else the most common one.
+    """
+    versions = Counter(a.version_id for _, a in answers)
+    if len(versions) <= 1:
+        return [a for _, a in answers], []
+    keep = serving if serving in versions else versions.most_common(1)[0][0]
+    other = [
+        {"stage": "shards", "reason": f"server{i} answered from version {a.version_id}, not {keep}"}
+        for i, a in answers
+        if a.version_id != keep
+    ]
+    return [a for _, a in answers if a.version_id == keep], other
+
+
 def _merge(parts: Sequence[list[Hit]], k: int) -> list[Hit]:
     merged = [h for part in parts for h in part]
     merged.sort(key=lambda h: (-h.score, h.chunk_id))  # the in-process merge order
@@ -220,12 +267,29 @@ def _merge(parts: Sequence[list[Hit]], k: int) -> list[Hit]:
 
 
 class ShardFanout:
-    """Sends one ``ShardQuery`` to every shard server and merges their lists
-    (``retrieve.remote.RemoteShards`` for the search service)."""
+    """Sends one ``ShardQuery`` to every shard server that is up and merges their lists
+    (``retrieve.remote.RemoteShards`` for the search service); ``health`` tracks which are up."""
 
-    def __init__(self, servers: Sequence[Any], *, timeout_s: float) -> None:
+    def __init__(self, servers: Sequence[Any], *, timeout_s: float, swap_wait_s: float = 60.0) -> None:
         self.servers = list(servers)
         self.timeout_s = timeout_s
+        self.swap_wait_s = swap_wait_s
+        self.health = ServerHealth(self.servers)
+        # The version every server was confirmed to hold (at start, or by ``await_version``).
+        self.version: str | None = self._confirm()
+
+    def _confirm(self) -> str | None:
+        """Each server's shards, and the version most of them hold (None if none answers)."""
+        got = self._gather([s.ready.remote() for s in self.servers])
+        held: list[Holding] = []
+        for i, x in enumerate(got):
+            if isinstance(x, Exception):
+                self._failed(i, x)
+            else:
+                self.health.note(i, x)
+                held.append(x)
+        versions = Counter(h.version_id for h in held)
+        return versions.most_common(1)[0][0] if versions else None
 
     def _gather(self, refs: Sequence[Any]) -> list[Any]:
         """Every call's answer, or the exception it ended with, waiting ``timeout_s`` for all of
@@ -234,6 +298,8 @@ class ShardFanout:
         import ray
         from ray.exceptions import GetTimeoutError, RayError
 
+        if not refs:
+            return []
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
         done = set(ready)
         out: list[Any] = []
@@ -249,21 +315,29 @@ class ShardFanout:
                 out.append(exc)
         return out
 
+    def _failed(self, i: int, exc: Exception) -> None:
+        """A server whose process is gone (or restarting) is skipped until it is ready again;
+        an error raised by its code, or a timeout, leaves it in (it is alive)."""
+        from ray.exceptions import RayActorError
+
+        if isinstance(exc, RayActorError):
+            self.health.mark_down(i, f"failed: {type(exc).__name__}")
+
     def search(self, query: ShardQuery) -> FanoutAnswer:
         from ray.exceptions import GetTimeoutError
 
-        degraded: list[dict[str, str]] = []
-        servers = list(enumerate(self.servers))
+        servers = [(i, self.servers[i]) for i in self.health.up(self.version)]
+        degraded = self.health.missing()
         query = replace(query, trace=tracing.carrier())  # the servers continue this trace
         if query.text is not None:
             tenant = query.acl.tenant_id
-            stats, failed = self._global_stats(query.text, query.position, tenant, query.language)
+            stats, failed = self._global_stats(servers, query.text, query.position, tenant, query.language)
             query = replace(query, stats=stats)
             for i, reason in failed.items():  # a server that failed round one is not asked again
                 degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
             servers = [(i, s) for i, s in servers if i not in failed]
         got = self._gather([s.search.remote(query) for _, s in servers])
-        answers: list[ShardAnswer] = []
+        answers: list[tuple[int, ShardAnswer]] = []
         for (i, _), answer in zip(servers, got, strict=True):
             if isinstance(answer, GetTimeoutError):
                 degraded.append(
@@ -271,26 +345,67 @@ class ShardFanout:
                 )
             elif isinstance(answer, Exception):
                 degraded.append({"stage": "shards", "reason": f"server{i} failed: {type(answer).__name__}"})
+                self._failed(i, answer)
             else:
-                answers.append(answer)
-        for answer in answers:
+                answers.append((i, answer))
+        kept, other = _one_version(answers, self.version)
+        degraded.extend(other)
+        for answer in kept:
             degraded.extend(answer.degraded)
         return FanoutAnswer(
-            _merge([a.dense for a in answers], query.k),
-            _merge([a.lexical for a in answers], query.k),
-            tuple(a.version_id for a in answers),
+            _merge([a.dense for a in kept], query.k),
+            _merge([a.lexical for a in kept], query.k),
+            tuple(a.version_id for a in kept),
             degraded,
         )
 
+    def await_version(self, version_id: str) -> None:
+        """Wait until every server holds ``version_id`` (each follows the alias itself), at
+        most ``swap_wait_s``; the API's watcher calls it before it swaps (``before_swap``).
+
+        Raises:
+            ShardServersNotReadyError: a server is down, restarting or still on another
+                version when the time is up; the API keeps its version and the fan-out keeps
+                answering from it, and the watcher tries again on its next tick.
+        """
+        deadline = time.monotonic() + self.swap_wait_s
+        while True:
+            got = self._gather([s.ready.remote() for s in self.servers])
+            behind: dict[int, str] = {}
+            for i, x in enumerate(got):
+                if isinstance(x, Exception):
+                    behind[i] = type(x).__name__
+                elif x.version_id != version_id:
+                    behind[i] = f"serves {x.version_id}"
+            if not behind:
+                self.version = version_id
+                for i, x in enumerate(got):
+                    self.health.note(i, x)
+                return
+            if time.monotonic() >= deadline:
+                missing = "; ".join(f"server{i}: {why}" for i, why in sorted(behind.items()))
+                raise ShardServersNotReadyError(
+                    f"shard servers have not loaded version {version_id} after {self.swap_wait_s:g}s"
+                    f" ({missing}); still serving {self.version}"
+                )
+            time.sleep(0.2)
+
     def _global_stats(
-        self, text: str, position: int, tenant_id: str, language: str | None = None
+        self,
+        servers: Sequence[tuple[int, Any]],
+        text: str,
+        position: int,
+        tenant_id: str,
+        language: str | None,
     ) -> tuple[LexicalStats, dict[int, str]]:
-        """Round one of a lexical query: every server's statistics of the tenant for its
+        """Round one of a lexical query: the statistics of the tenant for each of ``servers``'
         segments, summed, and the servers that did not answer (by index, with the error's name)."""
-        got = self._gather(
-            [s.lexical_stats.remote(text, position, tenant_id, language) for s in self.servers]
-        )
-        failed = {i: type(x).__name__ for i, x in enumerate(got) if isinstance(x, Exception)}
+        got = self._gather([s.lexical_stats.remote(text, position, tenant_id, language) for _, s in servers])
+        failed: dict[int, str] = {}
+        for (i, _), x in zip(servers, got, strict=True):
+            if isinstance(x, Exception):
+                failed[i] = type(x).__name__
+                self._failed(i, x)
         return LexicalStats.total([x for x in got if not isinstance(x, Exception)]), failed
 
     def lists(

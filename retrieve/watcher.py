@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -25,11 +26,21 @@ class IndexWatcher:
 
     ``pool`` holds the catch-up and swap transactions. A version that cannot be loaded
     never stops the node: the old one (or, at start, the delta alone) keeps serving and
-    ``last_swap_error`` says why.
+    ``last_swap_error`` says why. ``before_swap`` (the shard fan-out's wait for its servers
+    to hold the version) runs before each swap; what it raises refuses the swap likewise.
     """
 
-    def __init__(self, pool: ConnectionPool, state: ServingState, *, alias: str, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        state: ServingState,
+        *,
+        alias: str,
+        poll_seconds: float,
+        before_swap: Callable[[str], None] | None = None,
+    ) -> None:
         self.pool = pool
+        self.before_swap = before_swap
         self.state = state
         self.alias = alias
         self.poll_seconds = poll_seconds
@@ -72,6 +83,9 @@ class IndexWatcher:
             return None
         try:
             self.last_swap_error = None
+            if self.before_swap is not None:
+                conn.commit()  # no transaction stays open while it waits
+                self.before_swap(target[0])
             return self.state.swap_to(conn, target[1])
         except Exception as exc:  # refused: the old version keeps serving
             self.last_swap_error = f"{target[0]}: {type(exc).__name__}: {exc}"

@@ -65,7 +65,14 @@ def build_search_service(
         state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
     )
     reranker = build_reranker(settings)
-    watcher = IndexWatcher(pool, state, alias=alias, poll_seconds=ix.poll_seconds)
+    watcher = IndexWatcher(
+        pool,
+        state,
+        alias=alias,
+        poll_seconds=ix.poll_seconds,
+        # Fanning out, the API swaps once every shard server holds the version (or refuses).
+        before_swap=None if fanout is None else fanout.await_version,
+    )
     config = SearchConfig(
         fusion_config(settings),
         RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
@@ -162,7 +169,11 @@ def shard_fanout(settings: Settings, pool: ConnectionPool, *, dim: int, alias: s
     servers = start_shard_servers(
         shard_server_config(settings, url, dim=dim, alias=alias), n_servers=settings.index.shard_servers
     )
-    return ShardFanout(servers, timeout_s=settings.retrieve.stage_timeout_ms / 1000)
+    return ShardFanout(
+        servers,
+        timeout_s=settings.retrieve.stage_timeout_ms / 1000,
+        swap_wait_s=settings.index.shard_server_wait_seconds,
+    )
 
 
 def build_reranker(settings: Settings) -> BatchingReranker | None:
