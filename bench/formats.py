@@ -2,10 +2,11 @@
 
 Run: ``python -m bench.formats --pages 40 --ocr-pages 6``. The same text (documents of the
 shared cisi collection, ``../shared/data/cisi``, else generated prose) is written as PDF,
-DOCX, PPTX, XLSX, CSV, EPUB and e-mail by the writer libraries, then parsed in this process
-with the production parsers (``ingest.parse.parse_document``); rounds alternate the formats
-so drift on a shared machine hits them alike. A "page" is the same ~2,400 characters in
-every format (a PDF page, a DOCX page break, a slide, a sheet, an EPUB chapter, a message),
+DOCX, PPTX, XLSX, CSV, EPUB, e-mail, ODT, ODP and ODS by the writer libraries (odfpy for the
+OpenDocument ones), then parsed in this process with the production parsers
+(``ingest.parse.parse_document``); rounds alternate the formats so drift on a shared machine
+hits them alike. A "page" is the same ~2,400 characters in every format (a PDF page, a DOCX
+page break or an ODT heading's section, a slide, a sheet, an EPUB chapter, a message),
 so the units per second compare like with like, and the ratio column is each format's rate
 over PDF's in the same run.
 
@@ -33,7 +34,7 @@ from bench.common import generated_texts, print_table
 from core.records import SourceDocument
 from ingest import ocr
 from ingest.ocr import OcrOptions
-from ingest.parse import CSV, DOCX, EML, EPUB, PDF, PPTX, XLSX, parse_document
+from ingest.parse import CSV, DOCX, EML, EPUB, ODP, ODS, ODT, PDF, PPTX, XLSX, parse_document
 
 CISI = Path(__file__).resolve().parents[2] / "shared" / "data" / "cisi" / "corpus.jsonl"
 PAGE_CHARS = 2400
@@ -162,6 +163,64 @@ def _eml(pages: list[str]) -> bytes:
     return message.as_bytes()
 
 
+def _odf(document: object) -> bytes:
+    out = io.BytesIO()
+    document.save(out)  # type: ignore[attr-defined]
+    return out.getvalue()
+
+
+def _odt(pages: list[str]) -> bytes:
+    from odf import text
+    from odf.opendocument import OpenDocumentText
+
+    document = OpenDocumentText()
+    for number, page in enumerate(pages, 1):
+        document.text.addElement(text.H(outlinelevel=1, text=f"Section {number}"))
+        document.text.addElement(text.P(text=page))
+    return _odf(document)
+
+
+def _odp(pages: list[str]) -> bytes:
+    from odf import draw, style, text
+    from odf.namespaces import PRESENTATIONNS
+    from odf.opendocument import OpenDocumentPresentation
+
+    deck = OpenDocumentPresentation()
+    layout = style.PageLayout(name="Slide")
+    deck.automaticstyles.addElement(layout)
+    master = style.MasterPage(name="Default", pagelayoutname=layout)
+    deck.masterstyles.addElement(master)
+    for number, page in enumerate(pages, 1):
+        slide = draw.Page(masterpagename=master)
+        deck.presentation.addElement(slide)
+        for kind, y, words in (("title", "1cm", f"Slide {number}"), ("outline", "4cm", page)):
+            frame = draw.Frame(x="1cm", y=y, width="24cm", height="3cm")
+            frame.setAttrNS(PRESENTATIONNS, "class", kind)
+            box = draw.TextBox()
+            box.addElement(text.P(text=words))
+            frame.addElement(box)
+            slide.addElement(frame)
+    return _odf(deck)
+
+
+def _ods(pages: list[str]) -> bytes:
+    from odf import table, text
+    from odf.opendocument import OpenDocumentSpreadsheet
+
+    book = OpenDocumentSpreadsheet()
+    for number, page in enumerate(pages, 1):
+        sheet = table.Table(name=f"Sheet {number}")
+        for values in [["row", "text"], *_rows(page)]:
+            row = table.TableRow()
+            for value in values:
+                cell = table.TableCell(valuetype="string")
+                cell.addElement(text.P(text=value))
+                row.addElement(cell)
+            sheet.addElement(row)
+        book.spreadsheet.addElement(sheet)
+    return _odf(book)
+
+
 # (label, MIME type, builder, what a page is called in that format)
 FORMATS: list[tuple[str, str, Callable[[list[str]], bytes], str]] = [
     ("pdf", PDF, _pdf, "pages"),
@@ -171,6 +230,9 @@ FORMATS: list[tuple[str, str, Callable[[list[str]], bytes], str]] = [
     ("csv", CSV, _csv, "pages"),
     ("epub", EPUB, _epub, "chapters"),
     ("eml", EML, _eml, "pages"),
+    ("odt", ODT, _odt, "pages"),
+    ("odp", ODP, _odp, "slides"),
+    ("ods", ODS, _ods, "sheets"),
 ]
 
 

@@ -1,12 +1,14 @@
 """Checks on the ZIP containers of Office files and EPUBs before any parser opens them.
 
-DOCX, PPTX, XLSX and EPUB are ZIP archives of XML parts. The parsers (python-docx,
-python-pptx, openpyxl, EbookLib) trust the archive, so a zip bomb, a part with a DTD (entity
-expansion, external entities) or an encrypted file is refused here with its own reason code
-before they see it. The worker's memory ceiling stays the backstop for whatever gets past.
+DOCX, PPTX, XLSX, EPUB and OpenDocument files are ZIP archives of XML parts. The parsers
+(python-docx, python-pptx, openpyxl, EbookLib, ``ingest/opendocument.py``) trust the
+archive, so a zip bomb, a part with a DTD (entity expansion, external entities) or an
+encrypted file is refused here with its own reason code before they see it. The worker's
+memory ceiling stays the backstop for whatever gets past.
 
 Password-protected Office files are not ZIPs at all: Office wraps the encrypted package in
-an OLE compound file with an ``EncryptedPackage`` stream.
+an OLE compound file with an ``EncryptedPackage`` stream. Password-protected OpenDocument
+files are ZIPs whose manifest says their parts are encrypted (``encrypted`` below).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+from collections.abc import Callable
 
 from core.errors import ParseError
 
@@ -29,13 +32,21 @@ _DTD = re.compile(rb"<!(?:DOCTYPE|ENTITY)\b", re.IGNORECASE)
 _ENTITY = re.compile(rb"<!ENTITY\b", re.IGNORECASE)
 
 
-def open_zip(data: bytes, *, allow_doctype: bool = False) -> zipfile.ZipFile:
+def open_zip(
+    data: bytes,
+    *,
+    allow_doctype: bool = False,
+    encrypted: Callable[[zipfile.ZipFile], bool] | None = None,
+) -> zipfile.ZipFile:
     """The archive, after checking its size, ratio, member count and XML prologues.
 
     Args:
         data: The file's bytes.
         allow_doctype: Accept ``<!DOCTYPE html>`` (XHTML in EPUBs); entity declarations are
             refused either way.
+        encrypted: Whether the format's own metadata says its parts are encrypted (an
+            OpenDocument manifest's ``encryption-data``); asked after the size checks and
+            before the prologues, whose encrypted bytes are not XML.
 
     Raises:
         ParseError: ``encrypted_document`` (an OLE-wrapped encrypted package),
@@ -58,6 +69,8 @@ def open_zip(data: bytes, *, allow_doctype: bool = False) -> zipfile.ZipFile:
         raise ParseError(f"the archive unpacks to {unpacked} bytes from {len(data)}", code="zip_bomb")
     if any(member.flag_bits & 0x1 for member in members):
         raise ParseError("the archive's members are encrypted", code="encrypted_document")
+    if encrypted is not None and encrypted(archive):
+        raise ParseError("the file is password-protected", code="encrypted_document")
     for member in members:
         if member.filename.lower().endswith((".xml", ".rels", ".xhtml", ".html", ".htm", ".opf", ".ncx")):
             _check_prologue(archive, member, allow_doctype)

@@ -24,7 +24,7 @@ from core.errors import ParseError
 from core.records import ParsedDocument, SectionKind
 from ingest.archive import open_zip
 from ingest.limits import check_deadline
-from ingest.text import Block, assemble, table_blocks
+from ingest.text import Block, assemble, table_blocks, top_heading
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _TEXT_TAGS = {f"{_W}t": None, f"{_W}tab": "\t", f"{_W}br": "\n", f"{_W}cr": "\n", f"{_W}noBreakHyphen": "-"}
@@ -76,7 +76,7 @@ def parse(data: bytes) -> ParsedDocument:
             blocks.append(Block(text, SectionKind.PARAGRAPH))
     warnings = _comment_warning(document)
     core_title = " ".join((document.core_properties.title or "").split())
-    return assemble(blocks, title=core_title or title or _first_heading(blocks), warnings=warnings)
+    return assemble(blocks, title=core_title or title or top_heading(blocks), warnings=warnings)
 
 
 def _import() -> Any:
@@ -180,11 +180,3 @@ def _comment_warning(document: Any) -> tuple[str, ...]:
     except (AttributeError, KeyError, ValueError):
         return ()
     return (f"comments_dropped: {count}",) if count else ()
-
-
-def _first_heading(blocks: list[Block]) -> str | None:
-    headings = [block for block in blocks if block.kind is SectionKind.HEADING]
-    if not headings:
-        return None
-    top = min(block.level for block in headings)
-    return next(" ".join(block.text.split()) for block in headings if block.level == top)

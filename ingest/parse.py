@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import io
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import PurePosixPath
 
 from core.errors import ParseError
 from core.records import ParsedDocument, SourceDocument
-from ingest import docx, eml, epub, html, markdown, ocr, pdf, pptx, sheets, text
+from ingest import docx, eml, epub, html, markdown, ocr, odp, ods, odt, opendocument, pdf, pptx, sheets, text
 from ingest.archive import OLE_MAGIC, ZIP_MAGIC, ole_error
 from ingest.decoding import decode_text
 from ingest.files import MIME_BY_SUFFIX
@@ -32,6 +33,9 @@ XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 CSV = "text/csv"
 EPUB = "application/epub+zip"
 EML = "message/rfc822"
+ODT = opendocument.ODT
+ODP = opendocument.ODP
+ODS = opendocument.ODS
 PNG = "image/png"
 JPEG = "image/jpeg"
 TIFF = "image/tiff"
@@ -53,15 +57,20 @@ PARSERS: dict[str, Parser] = {
     XLSX: _plain(sheets.parse_xlsx),
     CSV: _plain(sheets.parse_csv),
     EPUB: _plain(epub.parse),
+    ODT: _plain(odt.parse),
+    ODP: _plain(odp.parse),
+    ODS: _plain(ods.parse),
     EML: lambda data, options: eml.parse(data, _attachment_parser(options)),
     PNG: ocr.parse_image,
     JPEG: ocr.parse_image,
     TIFF: ocr.parse_image,
 }
 # Formats whose bytes are binary by nature: the binary-content check is for text formats.
-_BINARY = frozenset({PDF, DOCX, PPTX, XLSX, EPUB, PNG, JPEG, TIFF})
-# A ZIP is told apart by the part only its kind has.
+_BINARY = frozenset({PDF, DOCX, PPTX, XLSX, EPUB, ODT, ODP, ODS, PNG, JPEG, TIFF})
+# A ZIP is told apart by the part only its kind has, or (EPUB, OpenDocument) by the type its
+# ``mimetype`` member names.
 _ZIP_KINDS = (("word/document.xml", DOCX), ("ppt/presentation.xml", PPTX), ("xl/workbook.xml", XLSX))
+_MIMETYPE_KINDS = frozenset({EPUB, ODT, ODP, ODS})
 _IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", PNG), (b"\xff\xd8\xff", JPEG), (b"II*\x00", TIFF), (b"MM\x00*", TIFF))
 
 _ALIASES = {
@@ -195,14 +204,16 @@ def _attachment_parser(options: OcrOptions) -> eml.AttachmentParser:
 
 
 def _zip_kind(data: bytes) -> str | None:
-    """DOCX, PPTX, XLSX or EPUB by the part that names the kind; None for any other ZIP."""
+    """DOCX, PPTX, XLSX, EPUB, ODT, ODP or ODS by the part that names the kind; None for any
+    other ZIP."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             names = set(archive.namelist())
-            epub_marker = "mimetype" in names and archive.getinfo("mimetype").file_size < 64
-            if epub_marker and archive.read("mimetype").strip() == EPUB.encode():
-                return EPUB
-    except (zipfile.BadZipFile, ValueError, OSError):
+            if "mimetype" in names and archive.getinfo("mimetype").file_size < 64:
+                named = archive.read("mimetype").strip().decode("ascii", errors="replace")
+                if named in _MIMETYPE_KINDS:
+                    return named
+    except (zipfile.BadZipFile, ValueError, OSError, zlib.error, EOFError):
         return None
     return next((kind for part, kind in _ZIP_KINDS if part in names), None)
 

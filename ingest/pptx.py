@@ -17,7 +17,7 @@ from core.errors import ParseError
 from core.records import ParsedDocument, SectionKind
 from ingest.archive import open_zip
 from ingest.limits import check_deadline
-from ingest.text import Block, assemble, table_blocks
+from ingest.text import Block, assemble, outline_block, table_blocks
 
 MAX_SLIDES = 5000
 _MAX_GROUP_DEPTH = 20
@@ -95,19 +95,13 @@ def _shape_blocks(shape: Any, slide: int) -> list[Block]:
         return table_blocks(rows, page=slide)
     if not getattr(shape, "has_text_frame", False) or not shape.has_text_frame:
         return []
-    blocks: list[Block] = []
     items: list[tuple[int, str]] = []
     for paragraph in shape.text_frame.paragraphs:
         text = " ".join(paragraph.text.split())
         if text:
             items.append((min(paragraph.level, 8), text))
-    if len(items) > 1:
-        # A text box of several paragraphs on a slide is a bullet list in all but name.
-        lines = "\n".join("  " * level + "- " + text for level, text in items)
-        blocks.append(Block(lines, SectionKind.LIST, page_start=slide))
-    elif items:
-        blocks.append(Block(items[0][1], SectionKind.PARAGRAPH, page_start=slide))
-    return blocks
+    block = outline_block(items, page=slide)
+    return [block] if block is not None else []
 
 
 def _notes(slide: Any) -> str:

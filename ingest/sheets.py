@@ -44,7 +44,7 @@ def parse_xlsx(data: bytes) -> ParsedDocument:
     except (KeyError, ValueError, TypeError) as exc:
         raise ParseError(f"not an Excel workbook ({type(exc).__name__})", code="corrupt_document") from exc
     try:
-        counter = _Counter()
+        counter = CellCounter()
         blocks: list[Block] = []
         for number, sheet in enumerate(book.worksheets, start=1):
             rows = counter.rows(sheet.iter_rows(values_only=True))
@@ -71,7 +71,7 @@ def parse_csv(data: bytes) -> ParsedDocument:
         dialect = csv.excel
     reader = csv.reader(io.StringIO(text), dialect)
     try:
-        rows = _Counter().rows(reader)
+        rows = CellCounter().rows(reader)
     except csv.Error as exc:
         raise ParseError(f"the CSV cannot be read: {exc}", code="corrupt_document") from exc
     return assemble(table_blocks(rows, page=1), page_count=1, warnings=warnings)
@@ -87,7 +87,7 @@ def _import() -> Any:
     return openpyxl
 
 
-class _Counter:
+class CellCounter:
     """Cells and rows read so far, across the sheets of one workbook."""
 
     def __init__(self) -> None:
@@ -102,7 +102,7 @@ class _Counter:
                 check_deadline()
             if self.scanned > MAX_ROWS:
                 raise ParseError(f"more than {MAX_ROWS} rows", code="too_many_cells")
-            row = [_value(value) for value in raw]
+            row = [cell_text(value) for value in raw]
             while row and not row[-1]:
                 row.pop()
             if not row:
@@ -114,7 +114,9 @@ class _Counter:
         return rows
 
 
-def _value(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A cell's value as a table shows it: whole floats without ``.0``, midnight datetimes as
+    dates, booleans as Excel writes them."""
     if value is None:
         return ""
     if isinstance(value, bool):

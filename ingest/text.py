@@ -157,6 +157,26 @@ def table_blocks(
     return blocks
 
 
+def outline_block(items: list[tuple[int, str]], *, page: int | None = None) -> Block | None:
+    """A text box's paragraphs (indent level, text) on a slide: one paragraph is a paragraph;
+    several are a bullet list in all but name, indented by level."""
+    if len(items) > 1:
+        lines = "\n".join("  " * level + "- " + text for level, text in items)
+        return Block(lines, SectionKind.LIST, page_start=page)
+    if items:
+        return Block(items[0][1], SectionKind.PARAGRAPH, page_start=page)
+    return None
+
+
+def top_heading(blocks: list[Block]) -> str | None:
+    """The first heading of the top level used: a document's title when it names none."""
+    headings = [block for block in blocks if block.kind is SectionKind.HEADING]
+    if not headings:
+        return None
+    top = min(block.level for block in headings)
+    return next(" ".join(block.text.split()) for block in headings if block.level == top)
+
+
 def _cell_text(cell: str) -> str:
     return " ".join(cell.split()).replace("|", "\\|")
 

@@ -44,6 +44,9 @@ MimeType = Literal[
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     "text/csv",
     "application/epub+zip",
+    "application/vnd.oasis.opendocument.text",
+    "application/vnd.oasis.opendocument.presentation",
+    "application/vnd.oasis.opendocument.spreadsheet",
     "message/rfc822",
     "image/png",
     "image/jpeg",
@@ -51,7 +54,14 @@ MimeType = Literal[
 ]
 MIME_TYPES: tuple[str, ...] = get_args(MimeType)
 # Suffixes ``mimetypes`` does not know (or knows differently per system) for parsed types.
-_SUFFIX_TYPES = {".md": "text/markdown", ".markdown": "text/markdown", ".rst": "text/plain"}
+_SUFFIX_TYPES = {
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".rst": "text/plain",
+    ".odt": "application/vnd.oasis.opendocument.text",
+    ".odp": "application/vnd.oasis.opendocument.presentation",
+    ".ods": "application/vnd.oasis.opendocument.spreadsheet",
+}
 
 
 def mime_for_name(name: str) -> str | None:

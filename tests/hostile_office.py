@@ -1,8 +1,10 @@
-"""Hostile files of the Office, spreadsheet, e-mail and image kinds, built in milliseconds.
+"""Hostile files of the Office, OpenDocument, spreadsheet, e-mail and image kinds, built in
+milliseconds.
 
-The zip bomb and the billion-laughs part are written with ``zipfile`` around a real DOCX or
-XLSX from ``tests/unit/ingest/office_factory.py``; the password-protected file is a real
-DOCX encrypted by msoffcrypto-tool (Office's "Encrypt with password").
+The zip bomb and the billion-laughs part are written with ``zipfile`` around a real DOCX,
+XLSX or ODF file from ``tests/unit/ingest/office_factory.py``; the password-protected file
+is a real DOCX encrypted by msoffcrypto-tool (Office's "Encrypt with password"), or an ODF
+file encrypted as LibreOffice's "Save with password" does (``encrypted_odf``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _replace_part(data: bytes, name: str, body: bytes, *, extra: dict[str, bytes
     return out.getvalue()
 
 
-def zip_bomb(data: bytes, megabytes: int = 1024) -> bytes:
+def zip_bomb(data: bytes, megabytes: int = 1024, name: str = "word/media/zeros.bin") -> bytes:
     """``data`` with a member of ``megabytes`` MiB of zeros, ~1 MiB compressed per GiB.
 
     The deflate stream is one compressed block repeated (``hostile_factory.repeated_flate``);
@@ -55,7 +57,6 @@ def zip_bomb(data: bytes, megabytes: int = 1024) -> bytes:
         crc = zlib.crc32(block, crc)
     size = megabytes << 20
     out = io.BytesIO(data)
-    name = "word/media/zeros.bin"
     with zipfile.ZipFile(out, "a", zipfile.ZIP_STORED) as archive:
         archive.writestr(name, raw)
         offset = archive.getinfo(name).header_offset
@@ -69,9 +70,10 @@ def zip_bomb(data: bytes, megabytes: int = 1024) -> bytes:
     return bytes(body)
 
 
-def entity_part(docx: bytes, body: bytes = LAUGHS) -> bytes:
-    """A DOCX whose main part declares entities (billion laughs, or an external entity)."""
-    return _replace_part(docx, "word/document.xml", body)
+def entity_part(data: bytes, body: bytes = LAUGHS, part: str = "word/document.xml") -> bytes:
+    """A DOCX (or, with ``part="content.xml"``, an ODF file) whose main part declares entities
+    (billion laughs, or an external entity)."""
+    return _replace_part(data, part, body)
 
 
 def encrypted(docx: bytes, password: str = "secret") -> bytes:
@@ -140,3 +142,98 @@ def ole_header(encrypted_package: bool) -> bytes:
     magic = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
     marker = "EncryptedPackage".encode("utf-16-le") if encrypted_package else b""
     return magic + bytes(504) + marker + bytes(1024)
+
+
+_MANIFEST_NS = "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"
+
+
+def encrypted_odf(data: bytes, password: str = "secret") -> bytes:
+    """``data`` (an ODF package) encrypted as ODF 1.2 says and LibreOffice writes it: every
+    part but ``mimetype`` and the manifest deflated, then AES-256-CBC under a key derived by
+    PBKDF2 (100,000 rounds) from the password's SHA-256, stored; the manifest names each
+    part's algorithm, IV, salt and checksum in ``manifest:encryption-data``."""
+    import base64
+    import hashlib
+    import os
+
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    source = zipfile.ZipFile(io.BytesIO(data))
+    start_key = hashlib.sha256(password.encode()).digest()
+    kind = source.read("mimetype").decode()
+    entries = [f'<manifest:file-entry manifest:full-path="/" manifest:media-type="{kind}"/>']
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        target.writestr("mimetype", kind)
+        for item in source.infolist():
+            if item.filename in ("mimetype", "META-INF/manifest.xml"):
+                continue
+            plain = source.read(item)
+            packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+            deflated = packer.compress(plain) + packer.flush()
+            salt, iv = os.urandom(16), os.urandom(16)
+            key = hashlib.pbkdf2_hmac("sha1", start_key, salt, 100_000, 32)
+            pad = 16 - len(deflated) % 16
+            encryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).encryptor()
+            sealed = encryptor.update(deflated + os.urandom(pad - 1) + bytes([pad])) + encryptor.finalize()
+            target.writestr(item.filename, sealed)  # stored: ciphertext does not compress
+
+            def b64(raw: bytes) -> str:
+                return base64.b64encode(raw).decode()
+
+            checksum = b64(hashlib.sha256(deflated[:1024]).digest())
+            entries.append(
+                f'<manifest:file-entry manifest:full-path="{item.filename}" manifest:media-type="text/xml"'
+                f' manifest:size="{len(plain)}"><manifest:encryption-data manifest:checksum-type='
+                f'"{_MANIFEST_NS}#sha256-1k" manifest:checksum="{checksum}">'
+                '<manifest:algorithm manifest:algorithm-name="http://www.w3.org/2001/04/xmlenc#aes256-cbc"'
+                f' manifest:initialisation-vector="{b64(iv)}"/><manifest:start-key-generation'
+                ' manifest:start-key-generation-name="http://www.w3.org/2000/09/xmldsig#sha256"'
+                ' manifest:key-size="32"/><manifest:key-derivation manifest:key-derivation-name="PBKDF2"'
+                f' manifest:key-size="32" manifest:iteration-count="100000" manifest:salt="{b64(salt)}"/>'
+                "</manifest:encryption-data></manifest:file-entry>"
+            )
+        manifest = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<manifest:manifest xmlns:manifest="{_MANIFEST_NS}"'
+            f' manifest:version="1.2">{"".join(entries)}</manifest:manifest>'
+        )
+        target.writestr("META-INF/manifest.xml", manifest)
+    return out.getvalue()
+
+
+_ODS_HEAD = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content'
+    ' xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"'
+    ' xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0"'
+    ' xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" office:version="1.2">'
+    '<office:body><office:spreadsheet><table:table table:name="Cells">'
+)
+_ODS_TAIL = "</table:table></office:spreadsheet></office:body></office:document-content>"
+
+
+def _ods_with_sheet(rows_xml: str) -> bytes:
+    """An odfpy-written ODS whose content.xml is replaced by one sheet of ``rows_xml`` (odfpy's
+    writer would take minutes for a million cells)."""
+    from odf.opendocument import OpenDocumentSpreadsheet
+
+    seed = io.BytesIO()
+    OpenDocumentSpreadsheet().save(seed)
+    return _replace_part(seed.getvalue(), "content.xml", (_ODS_HEAD + rows_xml + _ODS_TAIL).encode())
+
+
+def million_cell_ods(rows: int = 100_000, columns: int = 10) -> bytes:
+    """A sheet of ``rows`` x ``columns`` numbers, every row written out."""
+    cells = "".join(
+        f'<table:table-cell office:value-type="float" office:value="{i}"/>' for i in range(columns)
+    )
+    return _ods_with_sheet(f"<table:table-row>{cells}</table:table-row>" * rows)
+
+
+def repeated_row_ods(rows: int = 1_048_576, columns: int = 16_384) -> bytes:
+    """One row of ``columns`` copies of a number (one cell, ``number-columns-repeated``),
+    itself repeated ``rows`` times: 17 billion cells in a few hundred bytes of XML."""
+    cell = (
+        f'<table:table-cell table:number-columns-repeated="{columns}"'
+        ' office:value-type="float" office:value="7"/>'
+    )
+    return _ods_with_sheet(f'<table:table-row table:number-rows-repeated="{rows}">{cell}</table:table-row>')

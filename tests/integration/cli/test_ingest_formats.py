@@ -1,4 +1,5 @@
-"""``ragline ingest`` reads a folder of Office files, spreadsheets and scans by suffix."""
+"""``ragline ingest`` reads a folder of Office and OpenDocument files, spreadsheets and scans
+by suffix."""
 
 from __future__ import annotations
 
@@ -24,8 +25,19 @@ def test_a_folder_of_office_files_is_ingested(
     (docs / "deck.pptx").write_bytes(office_factory.pptx_bytes())
     (docs / "servers.xlsx").write_bytes(office_factory.xlsx_bytes())
     (docs / "cities.csv").write_bytes(office_factory.csv_bytes())
+    (docs / "notes.odt").write_bytes(office_factory.odt_bytes())
+    (docs / "talk.odp").write_bytes(office_factory.odp_bytes())
+    (docs / "budget.ods").write_bytes(office_factory.ods_bytes())
     (docs / "legacy.doc").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(512))
-    expected = {"handbook.docx", "deck.pptx", "servers.xlsx", "cities.csv"}
+    expected = {
+        "handbook.docx",
+        "deck.pptx",
+        "servers.xlsx",
+        "cities.csv",
+        "notes.odt",
+        "talk.odp",
+        "budget.ods",
+    }
     if shutil.which("tesseract"):
         (docs / "scan.png").write_bytes(office_factory.png_bytes(["A scanned receipt."]))
         expected.add("scan.png")

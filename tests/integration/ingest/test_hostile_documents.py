@@ -29,7 +29,7 @@ from fastapi.testclient import TestClient
 from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from core.settings import Settings
-from ingest.parse import DOCX, EML, PNG, PPTX, XLSX
+from ingest.parse import DOCX, EML, ODP, ODS, ODT, PNG, PPTX, XLSX
 from tests import hostile_factory, hostile_office
 from tests.conftest import truncate_all
 from tests.integration.api.conftest import make_key, wait_job
@@ -184,6 +184,29 @@ def _new_kinds() -> list[Case]:
             "eml_1000_nested_parts",
             (Doc("nested.eml", hostile_office.nested_mime(1000), EML, "mime_too_complex"),),
         ),
+        *_opendocument_kinds(),
+    ]
+
+
+def _opendocument_kinds() -> list[Case]:
+    """ODT, ODP and ODS files: the same bombs, and the caps XLSX and PPTX files hit."""
+    odt = office_factory.odt_bytes()
+    bomb = hostile_office.zip_bomb(odt, name="Pictures/zeros.bin")
+    laughs = hostile_office.entity_part(odt, part="content.xml")
+    xxe = hostile_office.entity_part(office_factory.ods_bytes(), hostile_office.XXE, part="content.xml")
+    return [
+        Case("odt_zip_bomb_1gb", (Doc("bomb.odt", bomb, ODT, "zip_bomb"),)),
+        Case("odt_billion_laughs", (Doc("laughs.odt", laughs, ODT, "unsafe_xml"),)),
+        Case("ods_external_entity", (Doc("xxe.ods", xxe, ODS, "unsafe_xml"),)),
+        Case(
+            "odt_password", (Doc("locked.odt", hostile_office.encrypted_odf(odt), ODT, "encrypted_document"),)
+        ),
+        Case("ods_1m_cells", (Doc("cells.ods", hostile_office.million_cell_ods(), ODS, "too_many_cells"),)),
+        Case(
+            "ods_row_repeated_1m_times",
+            (Doc("repeated.ods", hostile_office.repeated_row_ods(), ODS, "too_many_cells"),),
+        ),
+        Case("odp_500_slides", (Doc("deck.odp", office_factory.odp_bytes(500), ODP, INDEXED, "ninety"),)),
     ]
 
 

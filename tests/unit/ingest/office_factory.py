@@ -7,6 +7,7 @@ PyMuPDF or Pillow when a test asks for it.
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pymupdf
 
@@ -233,3 +234,224 @@ def eml_bytes(*, attachments: bool = True) -> bytes:
         message.add_attachment(csv_bytes(rows=2), maintype="text", subtype="csv", filename="cities.csv")
         message.add_attachment(b"PK\x03\x04zip", maintype="application", subtype="zip", filename="bundle.zip")
     return message.as_bytes()
+
+
+def _odf_bytes(document: Any) -> bytes:
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def _odf_table(rows: list[list[str]], *, header: bool = True) -> Any:
+    from odf import table, text
+
+    grid = table.Table(name="Table1")
+    grid.addElement(table.TableColumn(numbercolumnsrepeated=len(rows[0])))
+    target = table.TableHeaderRows() if header else grid
+    for index, values in enumerate(rows):
+        row = table.TableRow()
+        for value in values:
+            cell = table.TableCell(valuetype="string")
+            cell.addElement(text.P(text=value))
+            row.addElement(cell)
+        target.addElement(row)
+        if index == 0 and header:
+            grid.addElement(target)
+            target = grid
+    return grid
+
+
+def odt_bytes(*, rows: int = 3, comment: bool = False, tracked: bool = False) -> bytes:
+    """The DOCX of ``docx_bytes`` as ODT, written by odfpy: a title, outline-level headings, a
+    bullet with a nested one, a table of ``rows`` rows (header in ``table-header-rows``), a
+    page header, a footnote and a table of contents (both dropped)."""
+    from odf import dc, office, style, text
+    from odf.opendocument import OpenDocumentText
+
+    document = OpenDocumentText()
+    document.meta.addElement(dc.Title(text="Operations handbook"))
+    layout = style.PageLayout(name="Page")
+    document.automaticstyles.addElement(layout)
+    master = style.MasterPage(name="Standard", pagelayoutname=layout)
+    header = style.Header()
+    header.addElement(text.P(text="INTERNAL HEADER TEXT"))
+    master.addElement(header)
+    document.masterstyles.addElement(master)
+    contents = text.TableOfContent(name="Contents")
+    index = text.IndexBody()
+    index.addElement(text.P(text="Security ........ 1"))
+    contents.addElement(index)
+    document.text.addElement(contents)
+    document.text.addElement(text.H(outlinelevel=1, text="Security"))
+    first = text.P(text=FACTS["rotation"])
+    if comment:
+        remark = office.Annotation()
+        remark.addElement(text.P(text="reviewer remark"))
+        first.addElement(remark)
+    document.text.addElement(first)
+    bullets, item = text.List(), text.ListItem()
+    item.addElement(text.P(text="Report lost laptops at once"))
+    nested, inner = text.List(), text.ListItem()
+    inner.addElement(text.P(text="to the service desk"))
+    nested.addElement(inner)
+    item.addElement(nested)
+    bullets.addElement(item)
+    document.text.addElement(bullets)
+    document.text.addElement(text.H(outlinelevel=1, text="Storage"))
+    document.text.addElement(text.H(outlinelevel=2, text="Backups"))
+    backups = text.P(text=FACTS["backups"])
+    note = text.Note(id="ftn1", noteclass="footnote")
+    note.addElement(text.NoteCitation(text="1"))
+    note_body = text.NoteBody()
+    note_body.addElement(text.P(text="FOOTNOTE BODY TEXT"))
+    note.addElement(note_body)
+    backups.addElement(note)
+    document.text.addElement(backups)
+    table_rows = [["Server", "Region", "Owner"]]
+    table_rows += [[f"srv-{i:04d}", f"region-{i % 7}", f"team {i}"] for i in range(rows)]
+    document.text.addElement(_odf_table(table_rows))
+    if tracked:
+        _odf_tracked_paragraph(document)
+    return _odf_bytes(document)
+
+
+def _odf_tracked_paragraph(document: Any) -> None:
+    """A paragraph with a tracked insertion ("approved") and deletion ("rejected"), as
+    LibreOffice records them: the inserted text in place between change marks, the deleted
+    text only in the change log."""
+    from odf import dc, office, text
+    from odf.namespaces import TEXTNS, XMLNS
+
+    def region(name: str) -> Any:
+        return text.ChangedRegion(qattributes={(XMLNS, "id"): name, (TEXTNS, "id"): name})
+
+    def info() -> Any:
+        element = office.ChangeInfo()
+        element.addElement(dc.Creator(text="a"))
+        element.addElement(dc.Date(text="2024-01-01T00:00:00"))
+        return element
+
+    log = text.TrackedChanges()
+    inserted = region("ct1")
+    insertion = text.Insertion()
+    insertion.addElement(info())
+    inserted.addElement(insertion)
+    deleted = region("ct2")
+    deletion = text.Deletion()
+    deletion.addElement(info())
+    deletion.addElement(text.P(text="rejected"))
+    deleted.addElement(deletion)
+    log.addElement(inserted)
+    log.addElement(deleted)
+    document.text.insertBefore(log, document.text.childNodes[0])
+    paragraph = text.P(text="Budget status: ")
+    paragraph.addElement(text.ChangeStart(changeid="ct1"))
+    paragraph.addText("approved")
+    paragraph.addElement(text.ChangeEnd(changeid="ct1"))
+    paragraph.addElement(text.Change(changeid="ct2"))
+    document.text.addElement(paragraph)
+
+
+def odp_bytes(slides: int = 3) -> bytes:
+    """The deck of ``pptx_bytes`` as ODP, written by odfpy: titled slides with an outline
+    (a nested bullet) and notes; slide 2 holds a table; the last has no title."""
+    from odf import draw, presentation, style, text
+    from odf.namespaces import PRESENTATIONNS
+    from odf.opendocument import OpenDocumentPresentation
+
+    deck = OpenDocumentPresentation()
+    layout = style.PageLayout(name="Slide")
+    deck.automaticstyles.addElement(layout)
+    master = style.MasterPage(name="Default", pagelayoutname=layout)
+    deck.masterstyles.addElement(master)
+
+    def frame(kind: str | None, y: str, *paragraphs: Any) -> Any:
+        shape = draw.Frame(x="2cm", y=y, width="20cm", height="3cm")
+        if kind:
+            shape.setAttrNS(PRESENTATIONNS, "class", kind)
+        box = draw.TextBox()
+        for paragraph in paragraphs:
+            box.addElement(paragraph)
+        shape.addElement(box)
+        return shape
+
+    for number in range(1, slides + 1):
+        page = draw.Page(masterpagename=master, name=f"page{number}")
+        deck.presentation.addElement(page)
+        if number == slides and slides > 1:
+            page.addElement(frame(None, "4cm", text.P(text=f"Closing words on slide {number}.")))
+            continue
+        title = "Key rotation" if number == 1 else f"Slide title {number}"
+        if number == 2:
+            grid = draw.Frame(x="2cm", y="5cm", width="20cm", height="6cm")
+            grid.addElement(
+                _odf_table([["Metric", "Value"], ["uptime", "99.9"], ["latency", "42 ms"]], header=False)
+            )
+            page.addElement(grid)
+        else:
+            outline, item = text.List(), text.ListItem()
+            item.addElement(text.P(text=FACTS["rotation"] if number == 1 else f"Body text of slide {number}"))
+            nested, inner = text.List(), text.ListItem()
+            inner.addElement(text.P(text="Old keys are retired after a day"))
+            nested.addElement(inner)
+            item.addElement(nested)
+            outline.addElement(item)
+            page.addElement(frame("outline", "5cm", outline))
+        page.addElement(frame("title", "1cm", text.P(text=title)))  # written last, placed first
+        notes = presentation.Notes()
+        notes.addElement(frame("notes", "15cm", text.P(text=f"Speaker notes for slide {number}")))
+        page.addElement(notes)
+    return _odf_bytes(deck)
+
+
+def ods_bytes(rows: int = 5) -> bytes:
+    """The workbook of ``xlsx_bytes`` as ODS, written by odfpy: ``Servers`` (a formula column
+    with cached values whose display strings differ, a date column) and ``Owners``; each sheet
+    ends, as LibreOffice saves one, in an empty row repeated to the millionth."""
+    from odf import table, text
+    from odf.opendocument import OpenDocumentSpreadsheet
+
+    book = OpenDocumentSpreadsheet()
+
+    def cell(shown: object, display: str | None = None, **typed: str) -> Any:
+        element = table.TableCell(**typed)
+        element.addElement(text.P(text=display if display is not None else str(shown)))
+        return element
+
+    def sheet(name: str, rows_of_cells: list[list[Any]]) -> Any:
+        grid = table.Table(name=name)
+        for cells in rows_of_cells:
+            row = table.TableRow()
+            for element in cells:
+                row.addElement(element)
+            row.addElement(table.TableCell(numbercolumnsrepeated=1020))
+            grid.addElement(row)
+        tail = table.TableRow(numberrowsrepeated=1_048_000)
+        tail.addElement(table.TableCell(numbercolumnsrepeated=1024))
+        grid.addElement(tail)
+        return grid
+
+    header = [cell(name, valuetype="string") for name in ("Host", "Cores", "Memory GB", "Total", "Bought")]
+    body = []
+    for index in range(rows):
+        cores, total = 4 + index % 4, (4 + index % 4) * 16
+        body.append(
+            [
+                cell(f"host-{index:04d}", valuetype="string"),
+                cell(cores, valuetype="float", value=str(cores)),
+                cell(16, valuetype="float", value="16"),
+                cell(
+                    total,
+                    f"{total}.00 GB",
+                    valuetype="float",
+                    value=str(total),
+                    formula=f"of:=[.B{index + 2}]*[.C{index + 2}]",
+                ),
+                cell("", "01/12/2026", valuetype="date", datevalue="2026-12-01"),
+            ]
+        )
+    book.spreadsheet.addElement(sheet("Servers", [header, *body]))
+    owners = [[cell("Team", valuetype="string"), cell("Contact", valuetype="string")]]
+    owners.append([cell("platform", valuetype="string"), cell("ops@example.org", valuetype="string")])
+    book.spreadsheet.addElement(sheet("Owners", owners))
+    return _odf_bytes(book)

@@ -12,7 +12,7 @@ import pytest
 from core.errors import ParseError
 from core.records import ParsedDocument, SourceDocument
 from ingest.isolation import InProcessParser, ParseRequest
-from ingest.parse import CSV, DOCX, EML, EPUB, PNG, PPTX, XLSX
+from ingest.parse import CSV, DOCX, EML, EPUB, ODP, ODS, ODT, PNG, PPTX, XLSX
 from ingest.parse_pool import ParsePool
 from tests import hostile_office
 from tests.unit.ingest import office_factory
@@ -40,6 +40,9 @@ def test_every_new_format_comes_back_from_a_worker_as_parsed_here(pool: ParsePoo
         _request(office_factory.csv_bytes(), CSV),
         _request(office_factory.epub_bytes(), EPUB),
         _request(office_factory.eml_bytes(), EML),  # carries parsed metadata
+        _request(office_factory.odt_bytes(comment=True), ODT),  # carries a warning
+        _request(office_factory.odp_bytes(), ODP),
+        _request(office_factory.ods_bytes(), ODS),
     ]
     if shutil.which("tesseract"):
         requests.append(_request(office_factory.png_bytes(["Parsed in a worker."]), PNG))
@@ -70,6 +73,34 @@ CASES = [
         "encrypted_document",
     ),
     ("csv_1m_cells", hostile_office.million_cell_csv, CSV, "too_many_cells"),
+    (
+        "odt_zip_bomb_1gb",
+        lambda: hostile_office.zip_bomb(office_factory.odt_bytes(), name="Pictures/zeros.bin"),
+        ODT,
+        "zip_bomb",
+    ),
+    (
+        "odt_billion_laughs",
+        lambda: hostile_office.entity_part(office_factory.odt_bytes(), part="content.xml"),
+        ODT,
+        "unsafe_xml",
+    ),
+    (
+        "ods_external_entity",
+        lambda: hostile_office.entity_part(
+            office_factory.ods_bytes(), hostile_office.XXE, part="content.xml"
+        ),
+        ODS,
+        "unsafe_xml",
+    ),
+    (
+        "odt_password",
+        lambda: hostile_office.encrypted_odf(office_factory.odt_bytes()),
+        ODT,
+        "encrypted_document",
+    ),
+    ("ods_1m_cells", hostile_office.million_cell_ods, ODS, "too_many_cells"),
+    ("ods_row_repeated_1m_times", hostile_office.repeated_row_ods, ODS, "too_many_cells"),
     ("png_20000x20000", hostile_office.huge_png, PNG, "image_too_large"),
     ("eml_1000_nested_parts", hostile_office.nested_mime, EML, "mime_too_complex"),
 ]
