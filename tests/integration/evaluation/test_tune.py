@@ -16,8 +16,12 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from authz.acl import AclFilter
+from catalog import documents as docs_repo
+from catalog import feedback as feedback_repo
+from catalog import indexes
 from catalog.audit import entries
 from catalog.principals import ensure_tenant
+from core.errors import InvalidInputError
 from core.settings import Settings
 from evaluation import tuning
 from evaluation.harness import EVAL_READER
@@ -166,3 +170,47 @@ def test_offline_fusion_ranks_as_retrieve_does(
     finally:
         close()
         pool.close()
+
+
+def test_tune_from_feedback_replays_stored_queries_as_their_principal(
+    db_url: str, tmp_path: Path, collection: Path, embedder
+) -> None:
+    settings = _settings(tmp_path, db_url)
+    _tune(settings, "tf", collection, embedder)  # ingests and indexes the collection
+    queries = tuning.dataset_queries(collection, "test")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        doc = {
+            d: docs_repo.get_document(conn, tenant_id="tf", external_id=d).doc_id  # type: ignore[union-attr]
+            for d in (f"d{i}" for i in range(len(TOPICS)))
+        }
+        for i, q in enumerate(queries[:8]):
+            # not relevant: a wrong document; graded 2: the right one, after a first grade 1
+            _judge(conn, "alice", f"r{i}", doc[f"d{(i + 1) % 16}"], 0, q.text)
+            _judge(conn, "alice", f"r{i}", doc[f"d{i}"], 1, q.text)
+            _judge(conn, "alice", f"r{i}b", doc[f"d{i}"], 2, q.text)
+        # only "not relevant": cannot tell settings apart, skipped; no query kept: not replayable
+        _judge(conn, "bob", "r9", doc["d9"], 0, queries[9].text)
+        _judge(conn, "bob", "r10", doc["d10"], 1, None)
+        judged = tuning.feedback_queries(conn, tenant_id="tf")
+        with pytest.raises(InvalidInputError, match="alias 'live'"):
+            tuning.tune(settings, "tf", CALLER, from_feedback=True, folds=2, embedder=embedder)
+        eval_version = indexes.resolve_alias(conn, alias="eval")
+        assert eval_version is not None
+        indexes.swap_alias(conn, alias="live", version_id=eval_version.version_id)
+        assert tuning.feedback_queries(conn, tenant_id="tc") == []  # another tenant's: none
+    assert len(judged) == 8
+    assert {q.readers for q in judged} == {frozenset({"alice"})}
+    assert {tuple(sorted(q.qrels.values())) for q in judged} == {(0, 2)}
+    report = tuning.tune(settings, "tf", CALLER, from_feedback=True, folds=2, embedder=embedder)
+    assert report.sources == ["feedback"] and report.queries == 8
+    assert report.current_ndcg_mean == pytest.approx(1.0)  # RRF ranks each judged document first
+    assert not report.applied
+
+
+def _judge(
+    conn: psycopg.Connection, principal: str, request: str, doc_id: int, grade: int, query: str | None
+) -> None:
+    feedback_repo.record(
+        conn, tenant_id="tf", principal_id=principal, request_id=request, doc_id=doc_id,
+        chunk_id=None, grade=grade, query=query,
+    )  # fmt: skip

@@ -99,4 +99,4 @@ def test_grid_depths_start_at_top_k_and_convex_weights_sum_to_one() -> None:
     for o in space:
         if o.method == "convex":
             assert o.rrf_k is None
-            assert o.dense_weight + o.lexical_weight == pytest.approx(1.0)
+            assert (o.dense_weight or 0) + (o.lexical_weight or 0) == pytest.approx(1.0)
