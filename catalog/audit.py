@@ -86,6 +86,21 @@ ACTIONS: Mapping[str, Shape] = {
     ),
     "connector.reset": _write("connector", "had_state"),
     "fusion.set": _write("tenant id", "fusion"),  # fusion None: the tenant's defaults were dropped
+    # ``ragline tune``: fusion = what was stored (None: not applied), current/winner described,
+    # the mean held-out nDCG@10 difference and its 95% bootstrap interval [low, high].
+    "fusion.tune": _write(
+        "tenant id",
+        "applied",
+        "forced",
+        "fusion",
+        "current",
+        "winner",
+        "queries",
+        "folds",
+        "ndcg_difference",
+        "interval",
+        "sources",
+    ),
     "feedback.record": _write("request id", "feedback_id", "grade", "by"),
     "console.search_as": _write("principal id"),
     "console.explain": _write("principal id"),

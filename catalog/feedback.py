@@ -64,3 +64,19 @@ def record(
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def judgements(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple[str, str, str, int]]:
+    """(principal, query text, judged document's external id, grade) of the tenant's feedback
+    that kept its query, the latest judgement of each (principal, query, document) only:
+    ``ragline tune --from-feedback`` scores with them. Documents since deleted are left out."""
+    return [
+        (str(p), str(q), str(e), int(g))
+        for p, q, e, g in conn.execute(
+            "SELECT DISTINCT ON (f.principal_id, f.query, f.doc_id) f.principal_id, f.query,"
+            " d.external_id, f.grade FROM feedback f JOIN documents d ON d.doc_id = f.doc_id"
+            " WHERE f.tenant_id = %s AND f.query IS NOT NULL AND d.state = 'active'"
+            " ORDER BY f.principal_id, f.query, f.doc_id, f.feedback_id DESC",
+            (tenant_id,),
+        ).fetchall()
+    ]

@@ -22,11 +22,14 @@ from cli import (
     schedule,
     serve,
     status,
+    tune,
 )
 from core.errors import RaglineError
 
 # each defines register(subparsers); heavy imports stay inside the handlers
-_GROUPS = (db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status, purge)
+_GROUPS = (
+    db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status, purge, tune,
+)  # fmt: skip
 # Commands that may start a local Ray in this process (ingest, jobs resume, index rebuild,
 # reembed): Ray's known-harmless C++ notices are dropped from their stderr, as `serve` and
 # `run` do (jobs/ray_runtime.py HARMLESS_NOTICES); progress bars still reach the terminal.

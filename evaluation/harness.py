@@ -128,7 +128,7 @@ def run_mode(
     )
 
 
-def _index_eval_version(settings: Settings, url: str, *, tenant: str) -> int:
+def index_eval_version(settings: Settings, url: str, *, tenant: str) -> int:
     """Build and point ``EVAL_ALIAS`` at a new version when the catalog moved on; its chunk count."""
     with psycopg.connect(url) as conn:
         advice = rebuild_advice(
@@ -207,7 +207,7 @@ def evaluate(
     state, n_docs = ingest_collection(collection, tenant=tenant, url=url, runner=runner)
     ingest_s = time.monotonic() - t
     t = time.monotonic()
-    n_chunks = _index_eval_version(settings, url, tenant=tenant)
+    n_chunks = index_eval_version(settings, url, tenant=tenant)
     report = EvalReport(
         str(dataset), tenant, round(ingest_s, 1), state, n_docs, n_chunks, round(time.monotonic() - t, 1)
     )

@@ -383,14 +383,30 @@ class SearchService:
         self, lists: list[list[Hit]], weights: list[float], fusion: FusionConfig, slog: StageLog
     ) -> list[FusedHit]:
         t = time.perf_counter()
-        if len(lists) == 1:
-            fused = single_list(lists[0])
-        elif fusion.method == "convex":
-            fused = convex(lists, weights=weights)
-        else:
-            fused = rrf(lists, k=fusion.rrf_k, weights=weights)
+        fused = fuse_lists(lists, weights, fusion)
         slog.time("fusion", t)
         return fused
+
+    def candidate_legs(self, req: RetrieveRequest, acl: AclFilter) -> CandidateLegs:
+        """Each leg's candidates for ``req`` as ``acl`` allows, before fusion, at the depths of
+        the fusion ``req`` resolves to (settings, tenant, request): the first stages of
+        :meth:`retrieve`, for ``ragline tune``, which re-fuses them offline with
+        :func:`fuse_lists` for every setting it tries instead of searching once per setting."""
+        slog = StageLog()
+        position = self._ensure_fresh(None)
+        snap = self.state.current
+        masks = build_masks(self.state, snap, acl)
+        readable = masks.allowed if self.shards is None else masks.documents
+        fusion = self.fusion_for(acl.tenant_id, req.fusion)
+        lists: list[list[Hit]] = []
+        if readable:
+            lists, _ = (
+                self._candidates(req, fusion, snap, masks, slog)
+                if self.shards is None
+                else self._remote_candidates(self.shards, req, fusion, acl, position, snap.model, slog)
+            )
+        legs = {hits[0].source: hits for hits in lists if hits}
+        return CandidateLegs(legs.get("dense", []), legs.get("lexical", []), snap.version_id, slog.degraded)
 
     def _details(
         self, fused: list[FusedHit], want: int, acl: AclFilter, slog: StageLog
@@ -465,6 +481,30 @@ class SearchService:
             additive=self.counter.additive,
             count_many=self.counter.count_many,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateLegs:
+    """One query's candidate lists, best first (``SearchService.candidate_legs``)."""
+
+    dense: list[Hit]
+    lexical: list[Hit]
+    index_version: str
+    degraded: list[dict[str, str]]
+
+
+def fuse_lists(
+    lists: Sequence[Sequence[Hit]], weights: Sequence[float], fusion: FusionConfig
+) -> list[FusedHit]:
+    """The candidate lists (with their weights) fused as ``fusion`` says: the one fusion step
+    of ``/v1/retrieve``, shared with ``ragline tune`` so a setting it scores offline ranks
+    exactly as a request with that setting does. One list (a single-leg mode, or a leg that
+    failed) keeps its own order and scores."""
+    if len(lists) == 1:
+        return single_list(lists[0])
+    if fusion.method == "convex":
+        return convex(lists, weights=weights)
+    return rrf(lists, k=fusion.rrf_k, weights=weights)
 
 
 def _stage_ranks(
