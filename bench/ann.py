@@ -30,6 +30,7 @@ import numpy as np
 from bench.common import clustered_vectors, print_table, recall_at_k
 from core.settings import Settings
 from index.faiss_shards import INDEX_FILE, ROW_IDS_FILE, VECTORS_FILE, DenseKind, DenseShard, exact_search
+from index.search_costs import costs_of
 from retrieve.planner import plan_search, search_shard
 from wiring import dense_params
 
@@ -120,15 +121,12 @@ def _filtered_row(
 ) -> list[object]:
     """The planner on a random allowed mask: recall vs exact filtered search, latency, leaks."""
     allowed = rng.random(shard.ntotal) < args.allowed
-    retrieve = Settings().retrieve
     plan = plan_search(
         n_allowed=int(allowed.sum()),
         n_total=shard.ntotal,
         k=args.k,
         kind=shard.kind,
-        exact_max_allowed=retrieve.exact_max_allowed,
-        exact_max_fraction=retrieve.exact_max_fraction,
-        overfetch_min_fraction=retrieve.overfetch_min_fraction,
+        costs=costs_of(shard),
         # As a server plans (wiring.search): the base efSearch and nprobe come from the settings.
         base_ef_search=Settings().index.hnsw_ef_search,
         base_nprobe=Settings().index.ivf_nprobe,

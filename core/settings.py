@@ -157,9 +157,6 @@ class RetrieveSettings(Section):
     fusion_method: Literal["rrf", "convex"] = "rrf"
     dense_candidates: int | None = Field(None, ge=1, le=2000)
     lexical_candidates: int | None = Field(None, ge=1, le=2000)
-    exact_max_allowed: int = Field(20_000, ge=0)
-    exact_max_fraction: float = Field(0.02, ge=0.0, le=1.0)
-    overfetch_min_fraction: float = Field(0.9, ge=0.0, le=1.0)
     stage_timeout_ms: int = Field(2000, ge=1)
     # Seconds a node may spend, when it loads an index version (start-up, swap), reading the
     # catalog relations the request path reads (pg_prewarm or a plain read); 0 turns it off.

@@ -22,19 +22,18 @@ from authz.acl import AclFilter
 from core import tracing
 from core.records import Hit
 from index.bm25_shards import LexicalShard, LexicalStats
-from index.faiss_shards import exact_search
+from index.faiss_shards import DenseShard, exact_search
+from index.search_costs import costs_of
 from retrieve.planner import SearchPlan, plan_search, search_shard
 from retrieve.serving import ServingIndex, ServingState
 
 
 @dataclass(frozen=True, slots=True)
 class PlannerConfig:
-    """The filtered-search strategy's thresholds; the defaults live in ``RetrieveSettings``
-    and ``IndexSettings`` (``hnsw_ef_search``, ``ivf_nprobe``)."""
+    """The unfiltered search's efSearch / nprobe the planner raises from (``IndexSettings``
+    ``hnsw_ef_search``, ``ivf_nprobe``); the choice itself comes from each shard's measured
+    costs (``index.search_costs``)."""
 
-    exact_max_allowed: int
-    exact_max_fraction: float
-    overfetch_min_fraction: float
     ef_search: int
     nprobe: int
 
@@ -153,7 +152,7 @@ class HybridSearcher:
         tasks: list[tuple[str, Callable[[], list[Hit]]]] = []
         shards = snap.version.shards if snap.version else ()
         for shard, mask, allowed in zip(shards, masks.shards, masks.shard_counts, strict=True):
-            plan = self._plan(shard.dense.kind, allowed, shard.dense.ntotal, k)
+            plan = self._plan(shard.dense, allowed, k)
             log.plans.append(f"shard{shard.shard}:{plan.strategy}:{plan.allowed_count}/{plan.total}")
             tasks.append((f"shard{shard.shard}", partial(self._dense_shard, shard, q, k, mask, plan)))
         parts = self._fan_out("dense", tasks, log)
@@ -161,16 +160,14 @@ class HybridSearcher:
             parts.append(self._dense_delta(snap, masks.delta, q, k))
         return _merge(parts, k)
 
-    def _plan(self, kind: str, n_allowed: int, n_total: int, k: int) -> SearchPlan:
+    def _plan(self, dense: DenseShard, n_allowed: int, k: int) -> SearchPlan:
         p = self.planner
         return plan_search(
             n_allowed=n_allowed,
-            n_total=n_total,
+            n_total=dense.ntotal,
             k=k,
-            kind=kind,  # type: ignore[arg-type]
-            exact_max_allowed=p.exact_max_allowed,
-            exact_max_fraction=p.exact_max_fraction,
-            overfetch_min_fraction=p.overfetch_min_fraction,
+            kind=dense.kind,
+            costs=costs_of(dense),
             base_ef_search=p.ef_search,
             base_nprobe=p.nprobe,
         )

@@ -25,6 +25,7 @@ from catalog import serving as serving_repo
 from catalog.documents import documents_by_id
 from catalog.maintenance import repeatable_read
 from index.builder import EVERYTHING, LoadedVersion, ShardSelection, load_version
+from index.search_costs import costs_of
 from index.tokenize import Tokenizer
 from retrieve.catalog_view import CatalogView
 from retrieve.delta import DeltaSegment
@@ -145,6 +146,8 @@ class ServingState:
                     self.view.upsert(doc)
             self.view.position = position
             version = load_version(version_path, select=self.selection) if version_path else None
+            if version is not None:
+                _calibrate(version)
             if version is not None and self.prepare_model is not None:
                 self.prepare_model(version.manifest.model_name)
             self._warm(conn)
@@ -226,6 +229,7 @@ class ServingState:
         """Load, verify and switch to another version; raises (and keeps the old) on failure."""
         with self._swap_lock:
             version = load_version(version_path, select=self.selection)
+            _calibrate(version)  # before the lock, like the warming: the old version serves meanwhile
             if self.prepare_model is not None:  # two models may be loaded from here on
                 self.prepare_model(version.manifest.model_name)
             self._warm(conn)  # before the lock: requests go on with the old version meanwhile
@@ -236,6 +240,12 @@ class ServingState:
                 conn.commit()
             log.info("now serving index version %s", version.version_id)
             return version.version_id
+
+
+def _calibrate(version: LoadedVersion) -> None:
+    """Time each loaded shard's search paths now, so the planner's first query does not."""
+    for shard in version.shards:
+        costs_of(shard.dense)
 
 
 def alias_target(conn: psycopg.Connection, alias: str) -> tuple[str, Path] | None:

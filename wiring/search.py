@@ -132,11 +132,8 @@ def serving_warmer(budget_s: float) -> Callable[[psycopg.Connection], None] | No
 
 
 def planner_config(settings: Settings) -> PlannerConfig:
-    """The filtered-search thresholds, for in-process searchers and shard servers alike."""
-    r, ix = settings.retrieve, settings.index
-    return PlannerConfig(
-        r.exact_max_allowed, r.exact_max_fraction, r.overfetch_min_fraction, ix.hnsw_ef_search, ix.ivf_nprobe
-    )
+    """The planner's base search parameters, for in-process searchers and shard servers alike."""
+    return PlannerConfig(settings.index.hnsw_ef_search, settings.index.ivf_nprobe)
 
 
 def shard_server_config(settings: Settings, url: str, *, dim: int, alias: str = "live") -> ShardServerConfig:

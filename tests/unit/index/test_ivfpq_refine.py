@@ -12,6 +12,7 @@ from core.errors import InvalidInputError
 from core.settings import Settings
 from index.builder import assign_shards
 from index.faiss_shards import META_FILE, DenseShard, Strategy, choose_kind, exact_search
+from index.search_costs import ShardCosts
 from retrieve.planner import plan_search, search_shard
 from tests.factories import dense
 from tests.unit.index.conftest import N, recall
@@ -83,9 +84,14 @@ def test_planner_over_ivfpq_matches_exact_filtered_search(
         n_total=N,
         k=K,
         kind="ivfpq",
-        exact_max_allowed=20,
-        exact_max_fraction=0.001,
-        overfetch_min_fraction=0.9,
+        # Exact priced out, so the test holds IVF-PQ's filtered traversal to the target.
+        costs=ShardCosts(
+            exact_fixed_ms=1e3,
+            exact_per_row_ms=0.0,
+            graph_fixed_ms=0.1,
+            graph_per_unit_ms=0.01,
+            filter_factor=1.0,
+        ),
         base_ef_search=64,
         base_nprobe=ivfpq.params.nprobe,
     )

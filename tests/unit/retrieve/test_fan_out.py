@@ -14,10 +14,8 @@ from retrieve.hybrid import HybridSearcher, PlannerConfig, StageLog
 from retrieve.serving import ServingState
 
 Task = tuple[str, Callable[[], list[Hit]]]
-# The fan-out never plans; any thresholds do.
-PLANNER = PlannerConfig(
-    exact_max_allowed=20_000, exact_max_fraction=0.02, overfetch_min_fraction=0.9, ef_search=128, nprobe=16
-)
+# The fan-out never plans; any base parameters do.
+PLANNER = PlannerConfig(ef_search=128, nprobe=16)
 
 
 @pytest.fixture()
