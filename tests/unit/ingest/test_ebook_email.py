@@ -95,3 +95,19 @@ def test_a_thousand_nested_mime_parts_cost_one_document() -> None:
     assert caught.value.code == "mime_too_complex"
     # A few levels are fine, and the deepest text is found.
     assert "nightjar" in parse_document(_doc(hostile_office.nested_mime(5), EML)).text
+
+
+def test_an_attachment_past_the_text_limit_costs_only_itself() -> None:
+    from email.message import EmailMessage
+
+    from ingest.isolation import ParseRequest, parse_limited
+
+    message = EmailMessage()
+    message["Subject"] = "big"
+    message.set_content("Short body.")
+    message.add_attachment(b"word " * 2000, maintype="text", subtype="plain", filename="big.txt")
+    message.add_attachment(b"small note", maintype="text", subtype="plain", filename="small.txt")
+    parsed = parse_limited(ParseRequest(_doc(message.as_bytes(), EML), 30.0, 5000))
+    assert "Short body." in parsed.text
+    assert [a.filename for a in parsed.attachments] == ["small.txt"]
+    assert "attachment_failed: big.txt (text/plain, too_many_chunks)" in parsed.warnings
