@@ -79,6 +79,26 @@ class ParsedDocument:
     # What the file itself says about the document (an e-mail's From/To/Date); the
     # connector's metadata wins over it. A dict: parse workers pickle the document back.
     metadata: Metadata = field(default_factory=dict)
+    # An e-mail's attachments of a parsed type (each becomes a document of its own); a
+    # skipped or failed one is named in ``warnings`` instead.
+    attachments: tuple[ParsedAttachment, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAttachment:
+    """One e-mail attachment parsed in the parse worker, beside its message.
+
+    ``number`` counts every attachment of the message from 1 (skipped ones too), so an
+    attachment keeps its id ``<message id>#attachment=N`` whatever its neighbours' fate;
+    ``digest`` is the sha256 of its bytes (what tells an unchanged attachment on a re-push).
+    """
+
+    number: int
+    filename: str
+    mime_type: str
+    digest: str
+    byte_size: int
+    parsed: ParsedDocument
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +156,9 @@ class Prepared:
     parsed: ParsedDocument | None = None  # stored (compressed) so a migration can re-chunk
     # The connector's title, else the one the parser found (H1, <title>, PDF metadata).
     title: str | None = None
+    # An e-mail's attachments, each prepared as a document of its own (committed with it).
+    children: tuple[Prepared, ...] = ()
+    byte_size: int | None = None  # None: ``len(source.content)`` (a child carries no bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +167,7 @@ class Embedded:
 
     prepared: Prepared
     vectors: np.ndarray = field(repr=False)
+    children: tuple[Embedded, ...] = ()  # the prepared children's, in order
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,13 @@
   whatever metadata the connector gave, which wins.
 - The body: of a ``multipart/alternative`` the HTML part (it keeps tables and lists), else
   the plain one; HTML goes through the HTML parser.
-- Attachments of a supported type are parsed and appended, each under an
-  ``Attachment: <name>`` heading, so their chunks say where they came from; the others are
-  listed in the warnings as ``attachment_skipped``. They are part of the message's document,
-  not documents of their own.
+- Attachments of a supported type are parsed here (in the parse worker, under its limits)
+  and returned beside the message as ``ParsedDocument.attachments``: the ingestion job makes
+  each a document of its own, ``<message id>#attachment=N`` (N counts every attachment from
+  1, as the IMAP connector does). The message's text holds none of theirs. The others are
+  named in the warnings: ``attachment_skipped`` (an unsupported type, past
+  ``MAX_ATTACHMENT_BYTES``, past ``MAX_ATTACHMENTS``) or ``attachment_failed`` (its parser's
+  reason code); never silently dropped.
 - The MIME tree is walked without recursion, at most ``MAX_DEPTH`` levels and ``MAX_PARTS``
   parts; a message nesting more multiparts than ``MAX_MULTIPARTS`` fails as
   ``mime_too_complex`` before the parser (whose recursion it would exhaust) sees it.
@@ -19,13 +22,14 @@ from __future__ import annotations
 import email
 import email.policy
 import email.utils
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import replace
 from email.message import Message
 
 from core.errors import ParseError
-from core.records import ParsedDocument, SectionKind
+from core.records import ParsedAttachment, ParsedDocument, SectionKind
 from ingest.decoding import decode_text
 from ingest.html import html_blocks
 from ingest.limits import check_deadline
@@ -34,12 +38,15 @@ from ingest.text import Block, assemble, split_paragraphs
 MAX_DEPTH = 10
 MAX_PARTS = 200
 MAX_MULTIPARTS = 50
+MAX_ATTACHMENTS = 20  # parsed per message; the rest are listed as skipped
+MAX_ATTACHMENT_BYTES = 16 * 1024 * 1024
 _MAX_HEADER_CHARS = 1000
 _BOUNDARY = re.compile(rb"boundary\s*=", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
-# Parses an attachment's bytes as a MIME type, or says why not; None: not a supported type.
-AttachmentParser = Callable[[bytes, str, str], ParsedDocument | ParseError | None]
+# Parses an attachment's bytes (declared MIME type, file name): the type it was parsed as and
+# the document, or why not; None: not a supported type.
+AttachmentParser = Callable[[bytes, str, str], tuple[str, ParsedDocument] | ParseError | None]
 
 
 def parse(data: bytes, parse_attachment: AttachmentParser | None = None) -> ParsedDocument:
@@ -76,10 +83,14 @@ def parse(data: bytes, parse_attachment: AttachmentParser | None = None) -> Pars
             payload = part.get_payload(decode=True)
             content = payload if isinstance(payload, bytes) else b""
             attachments.append((name or "unnamed", part.get_content_type(), content))
-    for name, mime, content in attachments:
-        blocks.extend(_attachment(name, mime, content, parse_attachment, warnings))
+    parsed = [
+        found
+        for number, (name, mime, content) in enumerate(attachments, start=1)
+        if (found := _attachment(number, name, mime, content, parse_attachment, warnings)) is not None
+    ]
     subject = _header(message, "subject")
-    return replace(assemble(blocks, title=subject or None, warnings=tuple(warnings)), metadata=metadata)
+    document = assemble(blocks, title=subject or None, warnings=tuple(warnings))
+    return replace(document, metadata=metadata, attachments=tuple(parsed))
 
 
 def _leaves(message: Message, warnings: list[str]) -> list[Message]:
@@ -130,20 +141,31 @@ def _body(part: Message, warnings: list[str]) -> list[Block]:
 
 
 def _attachment(
-    name: str, mime: str, content: bytes, parse_attachment: AttachmentParser | None, warnings: list[str]
-) -> list[Block]:
+    number: int,
+    name: str,
+    mime: str,
+    content: bytes,
+    parse_attachment: AttachmentParser | None,
+    warnings: list[str],
+) -> ParsedAttachment | None:
+    """The attachment parsed, or None with the reason in ``warnings``."""
+    label = f"{name[:100]} ({mime[:100]}"
+    if number > MAX_ATTACHMENTS:
+        warnings.append(f"attachment_skipped: {label}, past {MAX_ATTACHMENTS} attachments)")
+        return None
+    if len(content) > MAX_ATTACHMENT_BYTES:
+        warnings.append(f"attachment_skipped: {label}, {len(content)} bytes, over {MAX_ATTACHMENT_BYTES})")
+        return None
     result = parse_attachment(content, mime, name) if parse_attachment and content else None
     if result is None:
-        warnings.append(f"attachment_skipped: {name[:100]} ({mime[:100]}, unsupported type)")
-        return []
+        warnings.append(f"attachment_skipped: {label}, unsupported type)")
+        return None
     if isinstance(result, ParseError):
-        warnings.append(f"attachment_skipped: {name[:100]} ({result.code})")
-        return []
-    blocks = [Block(f"Attachment: {name}", SectionKind.HEADING, level=1)]
-    for section in result.sections:
-        level = min(len(section.heading_path) + 1, 6) if section.kind is SectionKind.HEADING else 0
-        blocks.append(Block(section.text, section.kind, level=level))
-    return blocks
+        warnings.append(f"attachment_failed: {label}, {result.code})")
+        return None
+    parsed_as, document = result
+    digest = hashlib.sha256(content).hexdigest()
+    return ParsedAttachment(number, name, parsed_as, digest, len(content), document)
 
 
 def _headers(message: Message) -> tuple[str, dict[str, str]]:

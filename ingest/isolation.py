@@ -12,6 +12,7 @@ the documents of a batch side by side.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,7 +78,21 @@ def parse_limited(request: ParseRequest) -> ParsedDocument:
         raise ParseError(
             f"the document's {len(parsed.text)} characters exceed the chunk limit", code="too_many_chunks"
         )
-    return parsed
+    return _within_limit(parsed, request.max_chars) if parsed.attachments else parsed
+
+
+def _within_limit(parsed: ParsedDocument, max_chars: int) -> ParsedDocument:
+    """An e-mail's attachments each under the same text limit: a longer one costs itself
+    (named in the warnings), never the message, and its text never leaves the worker."""
+    kept, warnings = [], list(parsed.warnings)
+    for attachment in parsed.attachments:
+        if len(attachment.parsed.text) > max_chars:
+            warnings.append(
+                f"attachment_failed: {attachment.filename[:100]} ({attachment.mime_type}, too_many_chunks)"
+            )
+        else:
+            kept.append(attachment)
+    return dataclasses.replace(parsed, attachments=tuple(kept), warnings=tuple(warnings))
 
 
 def _memory_exhausted(exc: BaseException) -> bool:

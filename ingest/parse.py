@@ -180,9 +180,11 @@ def _reject_binary(data: bytes) -> None:
 
 def _attachment_parser(options: OcrOptions) -> eml.AttachmentParser:
     """An e-mail attachment through the same dispatch, one level deep: an attached message
-    is parsed without its own attachments."""
+    is parsed without its own attachments (they are named in its warnings)."""
 
-    def parse_attachment(data: bytes, declared: str, name: str) -> ParsedDocument | ParseError | None:
+    def parse_attachment(
+        data: bytes, declared: str, name: str
+    ) -> tuple[str, ParsedDocument] | ParseError | None:
         mime = _normalise(declared)
         if mime not in PARSERS or mime == "application/octet-stream":
             mime = MIME_BY_SUFFIX.get(PurePosixPath(name).suffix.lower(), mime)
@@ -192,9 +194,14 @@ def _attachment_parser(options: OcrOptions) -> eml.AttachmentParser:
             mime = sniff_mime(data, mime)
             if mime not in _BINARY:
                 _reject_binary(data)
-            if mime == EML:
-                return eml.parse(data)
-            return PARSERS[mime](data, options) if mime in PARSERS else None
+            if mime == EML:  # its own attachments are only named in its warnings
+                return mime, replace(eml.parse(data), attachments=())
+            if mime not in PARSERS:
+                return None
+            parsed = PARSERS[mime](data, options)
+            if not parsed.text.strip():
+                raise ParseError("the attachment has no text", code="empty_document")
+            return mime, parsed
         except ParseError as exc:
             return exc
         except Exception as exc:  # a parser's failure costs the attachment only

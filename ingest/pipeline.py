@@ -14,11 +14,13 @@ import numpy as np
 
 from core.errors import ParseError
 from core.records import (
+    Acl,
     Chunk,
     Embedded,
     Failed,
     ItemRef,
     Outcome,
+    ParsedAttachment,
     ParsedDocument,
     Prepared,
     SourceDocument,
@@ -129,34 +131,122 @@ def _chunk(
     config: ChunkingConfig,
 ) -> Outcome:
     ref, source = request.ref, request.source
+    if isinstance(parsed, ParseError):
+        return Failed(ref, parsed.code, parsed.message)
     try:
-        if isinstance(parsed, ParseError):
-            raise parsed
-        with parse_deadline(config.parse_timeout_seconds):
-            chunks = chunk_document(
-                parsed,
-                tenant_id=source.tenant_id,
-                external_id=source.external_id,
-                version=0,
-                count_tokens=count_tokens,
-                chunk_tokens=config.chunk_tokens,
-                overlap_tokens=config.overlap_tokens,
-            )
-        leaves = sum(1 for c in chunks if c.level == 0)
-        if leaves > config.max_chunks:
-            raise ParseError(
-                f"the document has {leaves} chunks, more than the limit of {config.max_chunks}",
-                code="too_many_chunks",
-            )
+        chunks = _chunks(parsed, source, count_tokens, config)
     except ParseError as exc:
         return Failed(ref, exc.code, exc.message)
     except Exception as exc:  # a chunker bug must fail one document, not the job
         log.exception("unexpected failure preparing item %s", ref.item_no)
         return Failed(ref, "internal_error", type(exc).__name__)
-    if not any(c.level == 0 for c in chunks):
-        return Failed(ref, "empty_document", "no text to index")
+    warnings = list(parsed.warnings)
+    children = tuple(
+        child
+        for attachment in parsed.attachments
+        if (child := _attachment(request, attachment, parsed.title or "", count_tokens, config, warnings))
+        is not None
+    )
+    # The attachments travel as children; the message's stored body is the message's own.
+    parsed = dataclasses.replace(parsed, attachments=(), warnings=tuple(warnings))
     return Prepared(
-        ref, source, digest, tuple(chunks), parsed.page_count, parsed.warnings, parsed, parsed.title
+        ref,
+        source,
+        digest,
+        chunks,
+        parsed.page_count,
+        parsed.warnings,
+        parsed,
+        parsed.title,
+        children=children,
+    )
+
+
+def _chunks(
+    parsed: ParsedDocument, source: SourceDocument, count_tokens: Callable[[str], int], config: ChunkingConfig
+) -> tuple[Chunk, ...]:
+    """The document's chunks (version 0 ids); ``too_many_chunks``/``empty_document`` raised."""
+    with parse_deadline(config.parse_timeout_seconds):
+        chunks = chunk_document(
+            parsed,
+            tenant_id=source.tenant_id,
+            external_id=source.external_id,
+            version=0,
+            count_tokens=count_tokens,
+            chunk_tokens=config.chunk_tokens,
+            overlap_tokens=config.overlap_tokens,
+        )
+    leaves = sum(1 for c in chunks if c.level == 0)
+    if leaves > config.max_chunks:
+        raise ParseError(
+            f"the document has {leaves} chunks, more than the limit of {config.max_chunks}",
+            code="too_many_chunks",
+        )
+    if not leaves:
+        raise ParseError("no text to index", code="empty_document")
+    return tuple(chunks)
+
+
+def attachment_id(message_id: str, number: int) -> str:
+    """An attachment's document id: the IMAP connector's scheme, so both name it alike."""
+    return f"{message_id}#attachment={number}"
+
+
+def attachment_source(message: SourceDocument, attachment: ParsedAttachment, subject: str) -> SourceDocument:
+    """The attachment as a document of its own: the message's tenant, readers and owner, a
+    link to the message in its metadata, and no bytes (it was parsed with the message)."""
+    metadata = {
+        "parent_external_id": message.external_id,
+        "attachment_filename": attachment.filename,
+        "message_subject": subject,
+    }
+    return SourceDocument(
+        message.tenant_id,
+        attachment_id(message.external_id, attachment.number),
+        attachment.mime_type,
+        b"",
+        attachment.filename,
+        metadata,
+        Acl(message.acl.principals, message.acl.public),
+        message.connector,
+    )
+
+
+def _attachment(
+    request: PrepareRequest,
+    attachment: ParsedAttachment,
+    subject: str,
+    count_tokens: Callable[[str], int],
+    config: ChunkingConfig,
+    warnings: list[str],
+) -> Prepared | None:
+    """The attachment prepared as a child of the message, or None with the reason (its
+    chunking failed) in the message's ``warnings``: the message is still indexed."""
+    source = attachment_source(request.source, attachment, subject)
+    try:
+        chunks = _chunks(attachment.parsed, source, count_tokens, config)
+    except ParseError as exc:
+        warnings.append(
+            f"attachment_failed: {attachment.filename[:100]} ({attachment.mime_type}, {exc.code})"
+        )
+        return None
+    chunking = {
+        "mime_type": attachment.mime_type,
+        "chunk_tokens": config.chunk_tokens,
+        "overlap_tokens": config.overlap_tokens,
+    }
+    digest = content_hash(attachment.digest.encode(), attachment.filename, chunking)
+    parsed = attachment.parsed
+    return Prepared(
+        request.ref,
+        source,
+        digest,
+        chunks,
+        parsed.page_count,
+        parsed.warnings,
+        parsed,
+        attachment.filename,
+        byte_size=attachment.byte_size,
     )
 
 
@@ -172,13 +262,14 @@ def embed(
     batch_size: int | None = None,
     before_batch: Callable[[], None] | None = None,
 ) -> list[Embedded]:
-    """Encode every leaf chunk of the batch, split back per document.
+    """Encode every leaf chunk of the batch (an e-mail's attachments' too), split back per
+    document.
 
     With ``batch_size`` the texts go to the model in slices of that many, and
     ``before_batch`` runs before each slice: it may raise to stop (a cancelled job) so a huge
     document stops within one slice instead of after all its chunks.
     """
-    texts = [c.embedding_text for p in batch for c in p.chunks if c.level == 0]
+    texts = [c.embedding_text for p in batch for q in (p, *p.children) for c in q.chunks if c.level == 0]
     step = batch_size or max(1, len(texts))
     parts = []
     for start in range(0, len(texts), step):
@@ -188,9 +279,12 @@ def embed(
     vectors = np.concatenate(parts) if parts else embedder.embed([])
     out, start = [], 0
     for p in batch:
-        n = sum(1 for c in p.chunks if c.level == 0)
-        out.append(Embedded(p, vectors[start : start + n]))
-        start += n
+        family = []
+        for q in (p, *p.children):
+            n = sum(1 for c in q.chunks if c.level == 0)
+            family.append(Embedded(q, vectors[start : start + n]))
+            start += n
+        out.append(dataclasses.replace(family[0], children=tuple(family[1:])))
     return out
 
 

@@ -6,17 +6,18 @@ resumed job redoes only what is still pending; a finished item is never written 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import psycopg
 
+from catalog import attachments as attachments_repo
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from catalog import reembed as reembed_repo
 from catalog import secrets as secrets_repo
-from catalog.documents import DocumentRow
-from core.records import Committable, Embedded, Failed, SourceDocument, Unchanged
+from catalog.documents import DocumentRow, VersionCommit
+from core.records import Committable, Embedded, Failed, Prepared, SourceDocument, Unchanged
 from ingest.parsed_store import encode_parsed, stored_metadata
 from ingest.pipeline import with_version
 
@@ -28,12 +29,14 @@ def commit(
     model: str,
     extra_vectors: Mapping[str, np.ndarray] | None = None,
     chunking: str | None = None,
+    child_vectors: Sequence[Mapping[str, np.ndarray]] | None = None,
 ) -> str:
     """Write one outcome and its job item in one transaction; returns the item state.
 
     ``extra_vectors`` are the item's vectors for other models (a migration's dual write),
-    committed in the same transaction. Returns ``skipped`` when the item was already
-    finished (a resumed job racing itself).
+    committed in the same transaction; ``child_vectors`` the same for each of its children
+    (an e-mail's attachments, committed with it). Returns ``skipped`` when the item was
+    already finished (a resumed job racing itself).
     """
     with conn.transaction():
         if isinstance(item, Failed):
@@ -56,7 +59,14 @@ def commit(
                 version=item.version,
             )
             return "unchanged" if done else "skipped"
-        return _commit_embedded(conn, item, model=model, extra_vectors=extra_vectors, chunking=chunking)
+        return _commit_embedded(
+            conn,
+            item,
+            model=model,
+            extra_vectors=extra_vectors,
+            chunking=chunking,
+            child_vectors=child_vectors,
+        )
 
 
 def _commit_embedded(
@@ -66,6 +76,7 @@ def _commit_embedded(
     model: str,
     extra_vectors: Mapping[str, np.ndarray] | None,
     chunking: str | None,
+    child_vectors: Sequence[Mapping[str, np.ndarray]] | None,
 ) -> str:
     p, src = item.prepared, item.prepared.source
     if not jobs_repo.item_is_pending(conn, job_id=p.ref.job_id, item_no=p.ref.item_no):
@@ -92,6 +103,9 @@ def _commit_embedded(
     if current.state == "active" and current.content_hash == p.content_hash:
         # Another job committed the same content meanwhile: only the ACL and description may differ.
         docs_repo.update_acl_if_changed(conn, doc=current, acl=src.acl)
+        attachments_repo.propagate_acl(
+            conn, tenant_id=src.tenant_id, parent_doc_id=current.doc_id, acl=src.acl
+        )
         refresh_description(conn, current, src)
         done = jobs_repo.finish_item(
             conn,
@@ -102,32 +116,11 @@ def _commit_embedded(
             version=current.current_version,
         )
         return "unchanged" if done else "skipped"
-    version = docs_repo.next_version(conn, doc=current)
-    chunks = with_version(
-        p.chunks,
-        tenant_id=src.tenant_id,
-        external_id=src.external_id,
-        version=version,
-        key=secrets_repo.chunk_id_key(conn),
+    result = _write_version(
+        conn, current, p, item.vectors, model=model, extra=extra_vectors, chunking=chunking
     )
-    result = docs_repo.commit_version(
-        conn,
-        doc=current,
-        version=version,
-        mime_type=src.mime_type,
-        title=p.title or src.title,
-        metadata={**p.parsed.metadata, **src.metadata} if p.parsed is not None else src.metadata,
-        acl=src.acl,
-        content_hash=p.content_hash,
-        byte_size=len(src.content),
-        page_count=p.page_count,
-        warnings=p.warnings,
-        chunks=chunks,
-        vectors=item.vectors,
-        model=model,
-        extra_vectors=extra_vectors,
-        parsed_body=encode_parsed(p.parsed) if p.parsed is not None else None,
-        chunking=chunking,
+    warnings = p.warnings + _commit_children(
+        conn, current, item, model=model, child_vectors=child_vectors, chunking=chunking
     )
     jobs_repo.finish_item(
         conn,
@@ -136,11 +129,100 @@ def _commit_embedded(
         state="succeeded",
         doc_id=result.doc_id,
         version=result.version,
-        chunks=sum(1 for c in chunks if c.level == 0),
+        chunks=sum(1 for c in item.prepared.chunks if c.level == 0),
         pages=p.page_count,
-        warnings=p.warnings,
+        warnings=warnings,
     )
     return "succeeded"
+
+
+def _write_version(
+    conn: psycopg.Connection,
+    current: DocumentRow,
+    p: Prepared,
+    vectors: np.ndarray,
+    *,
+    model: str,
+    extra: Mapping[str, np.ndarray] | None,
+    chunking: str | None,
+) -> VersionCommit:
+    """A new version of the locked document ``current`` with ``p``'s chunks, made visible."""
+    src = p.source
+    version = docs_repo.next_version(conn, doc=current)
+    chunks = with_version(
+        p.chunks,
+        tenant_id=src.tenant_id,
+        external_id=src.external_id,
+        version=version,
+        key=secrets_repo.chunk_id_key(conn),
+    )
+    return docs_repo.commit_version(
+        conn,
+        doc=current,
+        version=version,
+        mime_type=src.mime_type,
+        title=p.title or src.title,
+        metadata=_metadata(p),
+        acl=src.acl,
+        content_hash=p.content_hash,
+        byte_size=p.byte_size if p.byte_size is not None else len(src.content),
+        page_count=p.page_count,
+        warnings=p.warnings,
+        chunks=chunks,
+        vectors=vectors,
+        model=model,
+        extra_vectors=extra,
+        parsed_body=encode_parsed(p.parsed) if p.parsed is not None else None,
+        chunking=chunking,
+    )
+
+
+def _metadata(p: Prepared) -> dict[str, object]:
+    """The file's own metadata (an e-mail's From/To) under what the source gave, which wins."""
+    return {**p.parsed.metadata, **p.source.metadata} if p.parsed is not None else dict(p.source.metadata)
+
+
+def _commit_children(
+    conn: psycopg.Connection,
+    parent: DocumentRow,
+    item: Embedded,
+    *,
+    model: str,
+    child_vectors: Sequence[Mapping[str, np.ndarray]] | None,
+    chunking: str | None,
+) -> tuple[str, ...]:
+    """Make the message's attachment set the one just parsed, under the message's lock:
+    a changed attachment gets a new version, an unchanged one keeps its version (its ACL and
+    description follow the message), one gone from the message is deleted. Returns warnings
+    for attachments that could not be written (an id another connector owns)."""
+    extras = list(child_vectors) if child_vectors is not None else [{} for _ in item.children]
+    kept: set[int] = set()
+    warnings: list[str] = []
+    for child, extra in zip(item.children, extras, strict=True):
+        p, src = child.prepared, child.prepared.source
+        current = docs_repo.lock_for_write(
+            conn, tenant_id=src.tenant_id, external_id=src.external_id, mime_type=src.mime_type
+        )
+        if docs_repo.foreign_owner(current, src.connector) is not None:
+            warnings.append(
+                f"attachment_failed: {(p.title or '')[:100]} ({src.mime_type}, {docs_repo.FOREIGN_CODE})"
+            )
+            continue
+        kept.add(current.doc_id)
+        attachments_repo.link(conn, doc_id=current.doc_id, parent_doc_id=parent.doc_id)
+        if src.connector is not None or current.state != "active":
+            docs_repo.set_connector(conn, doc_id=current.doc_id, connector=src.connector)
+        if current.state == "active" and current.content_hash == p.content_hash:
+            docs_repo.update_acl_if_changed(conn, doc=current, acl=src.acl)
+            metadata = _metadata(p)
+            if metadata != dict(current.metadata):
+                docs_repo.set_description(conn, doc=current, title=current.title, metadata=metadata)
+            continue
+        _write_version(conn, current, p, child.vectors, model=model, extra=extra, chunking=chunking)
+    for gone in attachments_repo.children(conn, tenant_id=parent.tenant_id, parent_doc_id=parent.doc_id):
+        if gone.doc_id not in kept:
+            docs_repo.delete_document(conn, tenant_id=gone.tenant_id, external_id=gone.external_id)
+    return tuple(warnings)
 
 
 def refresh_description(conn: psycopg.Connection, doc: DocumentRow, source: SourceDocument) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from catalog import attachments as attachments_repo
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
 from catalog.documents import DocumentRow
@@ -91,6 +92,10 @@ def prepare_items(
         doc = live.get(request.ref.item_no)
         if isinstance(outcome, Unchanged) and doc is not None:
             docs_repo.update_acl_if_changed(conn, doc=doc, acl=request.source.acl)
+            # An unchanged message has unchanged attachments; its new readers are theirs too.
+            attachments_repo.propagate_acl(
+                conn, tenant_id=doc.tenant_id, parent_doc_id=doc.doc_id, acl=request.source.acl
+            )
             refresh_description(conn, doc, request.source)
             if request.source.connector is not None:
                 docs_repo.set_connector(conn, doc_id=doc.doc_id, connector=request.source.connector)
@@ -135,6 +140,11 @@ def _item_no(result: Committable) -> int:
     return result.prepared.ref.item_no if isinstance(result, Embedded) else result.ref.item_no
 
 
+def _family(result: Committable) -> list[Committable]:
+    """The result and, for an e-mail, its attachments."""
+    return [result, *result.children] if isinstance(result, Embedded) else [result]
+
+
 def _commit_all(
     conn: psycopg.Connection, ctx: JobContext, results: Sequence[Committable], dual: DualWriter | None
 ) -> int:
@@ -142,11 +152,21 @@ def _commit_all(
     # written, its items stay pending and are settled ``cancelled`` (resumable).
     check_lease(conn, ctx)
     chunks = 0
-    extra = dual.vectors(conn, results) if dual is not None else [{} for _ in results]
-    for result, vectors in zip(results, extra, strict=True):
-        commit(conn, result, model=ctx.model_name, extra_vectors=vectors, chunking=ctx.chunking.label)
+    # An e-mail's attachments are embedded (and dual-written) beside it: one flat list.
+    flat = [member for result in results for member in _family(result)]
+    extra = iter(dual.vectors(conn, flat) if dual is not None else [{} for _ in flat])
+    for result in results:
+        vectors = [next(extra) for _ in _family(result)]
+        commit(
+            conn,
+            result,
+            model=ctx.model_name,
+            extra_vectors=vectors[0],
+            chunking=ctx.chunking.label,
+            child_vectors=vectors[1:],
+        )
         if isinstance(result, Embedded):
-            chunks += len(result.vectors)
+            chunks += sum(len(member.vectors) for member in _family(result) if isinstance(member, Embedded))
     conn.commit()
     # Committed or failed for good: their staged uploads are no longer needed.
     remove_finished(

@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from catalog import attachments as attachments_repo
 from catalog import audit
 from catalog import documents as docs_repo
 from catalog import jobs as jobs_repo
@@ -265,7 +266,8 @@ def delete_document(
     external_id: str,
     connector: str | None = None,
 ) -> int:
-    """Tombstone every chunk of the document and audit ``document.delete``; returns how many.
+    """Tombstone every chunk of the document (an e-mail's: its attachments' too) and audit
+    ``document.delete``; returns how many.
 
     Raises:
         NotFoundError: no such document in the tenant.
@@ -275,6 +277,7 @@ def delete_document(
         hidden = docs_repo.delete_document(
             conn, tenant_id=tenant_id, external_id=external_id, connector=connector
         )
+        hidden += _delete_attachments(conn, tenant_id=tenant_id, external_id=external_id)
         audit.record(
             conn,
             actor=caller.actor,
@@ -286,6 +289,14 @@ def delete_document(
     return hidden
 
 
+def _delete_attachments(conn: psycopg.Connection, *, tenant_id: str, external_id: str) -> int:
+    """The deleted message's attachments go with it (its lock is held: none is added meanwhile)."""
+    doc = docs_repo.get_document(conn, tenant_id=tenant_id, external_id=external_id)
+    if doc is None:
+        return 0
+    return attachments_repo.delete_children(conn, tenant_id=tenant_id, parent_doc_id=doc.doc_id)
+
+
 def set_acl(
     conn: psycopg.Connection,
     *,
@@ -295,15 +306,20 @@ def set_acl(
     acl: Acl,
     connector: str | None = None,
 ) -> Acl:
-    """Replace the document's ACL and audit ``document.acl``; effective for retrieval from
-    the commit on. Returns the ACL set.
+    """Replace the document's ACL (an e-mail's: its attachments' too) and audit
+    ``document.acl``; effective for retrieval from the commit on. Returns the ACL set.
 
     Raises:
         NotFoundError: no such document in the tenant.
         ConflictError: ``connector`` is given and did not write the document.
     """
     with conn.transaction():
-        docs_repo.set_acl(conn, tenant_id=tenant_id, external_id=external_id, acl=acl, connector=connector)
+        doc = docs_repo.set_acl(
+            conn, tenant_id=tenant_id, external_id=external_id, acl=acl, connector=connector
+        )
+        # An e-mail's attachments have its readers: in the same transaction, so no search
+        # sees the message's new ACL beside an attachment's old one.
+        attachments_repo.propagate_acl(conn, tenant_id=tenant_id, parent_doc_id=doc.doc_id, acl=acl)
         audit.record(
             conn,
             actor=caller.actor,

@@ -258,5 +258,7 @@ def test_epub_and_email_through_the_api(full_client: TestClient, db_url: str) ->
     )
     assert {r["document_external_id"] for r in by_sender} == {"audit.eml"}
     attached = _search(full_client, reader, "database backups thirty five days", mode="lexical")[0]
-    assert attached["document_external_id"] == "audit.eml"
-    assert attached["section_path"] == ["Attachment: handbook.docx", "Storage", "Backups"]
+    # The attachment is a document of its own that names its message.
+    assert attached["document_external_id"] == "audit.eml#attachment=1"
+    assert attached["title"] == "handbook.docx" and attached["section_path"] == ["Storage", "Backups"]
+    assert attached["metadata"]["parent_external_id"] == "audit.eml"

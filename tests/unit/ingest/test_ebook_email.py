@@ -7,7 +7,7 @@ import pytest
 from core.errors import ParseError
 from core.records import SectionKind, SourceDocument
 from ingest import eml, epub
-from ingest.parse import EML, EPUB, parse_document, sniff_mime
+from ingest.parse import DOCX, EML, EPUB, parse_document, sniff_mime
 from tests import hostile_office
 from tests.unit.ingest import office_factory
 
@@ -44,12 +44,39 @@ def test_email_subject_headers_body_and_attachments() -> None:
     # Of the alternatives, the HTML body (with its table), not the plain one.
     assert "HTML body: the audit found two issues." in parsed.text and "Plain body" not in parsed.text
     assert "| stale keys | high |" in parsed.text
-    backups = next(s for s in parsed.sections if office_factory.FACTS["backups"] in s.text)
-    assert backups.heading_path == ("Attachment: handbook.docx", "Storage", "Backups")
-    assert any(
-        s.heading_path == ("Attachment: cities.csv",) and s.kind is SectionKind.TABLE for s in parsed.sections
-    )
+    # The attachments are documents of their own: none of their text is the message's.
+    assert office_factory.FACTS["backups"] not in parsed.text and "Attachment:" not in parsed.text
+    handbook, cities = parsed.attachments
+    assert (handbook.number, handbook.filename, handbook.mime_type) == (1, "handbook.docx", DOCX)
+    backups = next(s for s in handbook.parsed.sections if office_factory.FACTS["backups"] in s.text)
+    assert backups.heading_path == ("Storage", "Backups")
+    assert (cities.number, cities.filename, cities.mime_type) == (2, "cities.csv", "text/csv")
+    assert any(s.kind is SectionKind.TABLE for s in cities.parsed.sections)
+    assert len(handbook.digest) == 64 and handbook.byte_size > 0
+    # The unsupported one is named, never silently dropped; it keeps its number (3).
     assert parsed.warnings == ("attachment_skipped: bundle.zip (application/zip, unsupported type)",)
+
+
+def test_email_attachment_caps_and_failures_are_named() -> None:
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["Subject"] = "many"
+    message.set_content("Body text.")
+    message.add_attachment(b"%PDF-1.7 broken", maintype="application", subtype="pdf", filename="broken.pdf")
+    for n in range(eml.MAX_ATTACHMENTS):
+        message.add_attachment(f"note {n}".encode(), maintype="text", subtype="plain", filename=f"n{n}.txt")
+    parsed = parse_document(_doc(message.as_bytes(), EML))
+    assert "Body text." in parsed.text
+    # The broken PDF costs itself a reason code; the message and the next attachments stand.
+    assert any(
+        w.startswith("attachment_failed: broken.pdf (application/pdf, corrupt_pdf") for w in parsed.warnings
+    )
+    assert [a.number for a in parsed.attachments] == list(range(2, eml.MAX_ATTACHMENTS + 1))
+    last = f"n{eml.MAX_ATTACHMENTS - 1}.txt"
+    assert (
+        f"attachment_skipped: {last} (text/plain, past {eml.MAX_ATTACHMENTS} attachments)" in parsed.warnings
+    )
 
 
 def test_plain_email_without_attachments() -> None:
@@ -68,3 +95,19 @@ def test_a_thousand_nested_mime_parts_cost_one_document() -> None:
     assert caught.value.code == "mime_too_complex"
     # A few levels are fine, and the deepest text is found.
     assert "nightjar" in parse_document(_doc(hostile_office.nested_mime(5), EML)).text
+
+
+def test_an_attachment_past_the_text_limit_costs_only_itself() -> None:
+    from email.message import EmailMessage
+
+    from ingest.isolation import ParseRequest, parse_limited
+
+    message = EmailMessage()
+    message["Subject"] = "big"
+    message.set_content("Short body.")
+    message.add_attachment(b"word " * 2000, maintype="text", subtype="plain", filename="big.txt")
+    message.add_attachment(b"small note", maintype="text", subtype="plain", filename="small.txt")
+    parsed = parse_limited(ParseRequest(_doc(message.as_bytes(), EML), 30.0, 5000))
+    assert "Short body." in parsed.text
+    assert [a.filename for a in parsed.attachments] == ["small.txt"]
+    assert "attachment_failed: big.txt (text/plain, too_many_chunks)" in parsed.warnings

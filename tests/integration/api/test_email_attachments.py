@@ -1,0 +1,174 @@
+"""An e-mail's attachments as documents of their own, through the real API, parse workers,
+PostgreSQL and embedding model: pushed and uploaded, re-pushed, re-ACL'd and deleted. The
+messages are built in the test with the ``email`` package, the DOCX with python-docx."""
+
+from __future__ import annotations
+
+import base64
+from email.message import EmailMessage
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from ingest.parse import EML
+from tests.integration.api.conftest import make_key, wait_job
+from tests.unit.ingest import office_factory
+
+pytestmark = pytest.mark.integration
+
+BACKUPS = office_factory.FACTS["backups"]
+NOTES = "The harbour crane inspection is due every ninth week, signed off by the quay master."
+DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _message(*, notes: bool = True, docx: bytes | None = None) -> bytes:
+    """A body, a DOCX (1), a text file (2, unless ``notes`` is off) and a ZIP (last)."""
+    message = EmailMessage()
+    message["Subject"] = "Harbour maintenance plan"
+    message["From"] = "Quay Master <quay@example.org>"
+    message["To"] = "ops@example.org"
+    message["Date"] = "Tue, 01 Dec 2026 09:30:00 +0000"
+    message.set_content("Body: the plan for the winter season is attached.")
+    message.add_attachment(
+        docx or office_factory.docx_bytes(),
+        maintype="application",
+        subtype=DOCX_MIME.split("/")[1],
+        filename="handbook.docx",
+    )
+    if notes:
+        message.add_attachment(NOTES.encode(), maintype="text", subtype="plain", filename="notes.txt")
+    message.add_attachment(b"PK\x03\x04zip", maintype="application", subtype="zip", filename="bundle.zip")
+    return message.as_bytes()
+
+
+def _push(
+    client: TestClient, token: str, external_id: str, content: bytes, acl: dict, connector: str = ""
+) -> dict:
+    doc = {
+        "external_id": external_id,
+        "content_base64": base64.b64encode(content).decode(),
+        "mime_type": EML,
+        "acl": acl,
+    }
+    query = f"?connector={connector}" if connector else ""
+    resp = client.post(f"/v1/documents{query}", json={"documents": [doc]}, headers=_auth(token))
+    assert resp.status_code == 202, resp.text
+    return wait_job(client, token, resp.json()["job_id"])
+
+
+def _search(client: TestClient, token: str, query: str) -> list[dict]:
+    body = {"query": query, "top_k": 10, "mode": "lexical"}
+    resp = client.post("/v1/retrieve", json=body, headers=_auth(token))
+    assert resp.status_code == 200, resp.text
+    return resp.json()["results"]
+
+
+def _live(db_url: str, tenant: str) -> dict[str, tuple[int | None, str | None]]:
+    """external id -> (version, owning connector) of the tenant's live documents."""
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT external_id, current_version, connector FROM documents"
+            " WHERE tenant_id = %s AND state = 'active'",
+            (tenant,),
+        ).fetchall()
+    return {str(ext): (version, owner) for ext, version, owner in rows}
+
+
+def test_pushed_message_attachments_are_documents_with_its_lifecycle(
+    full_client: TestClient, db_url: str
+) -> None:
+    ingest = make_key(db_url, "acme", ["ingest"])
+    reader = make_key(db_url, "acme", ["query"], principal="user:reader")
+    docx = office_factory.docx_bytes()  # one file for both pushes: a DOCX records when it was written
+    job = _push(full_client, ingest, "plan.eml", _message(docx=docx), {"principals": ["user:reader"]}, "mail")
+    assert job["state"] == "succeeded" and not job["errors"], job
+    (item,) = job["warnings"]
+    assert "attachment_skipped: bundle.zip (application/zip, unsupported type)" in item["warnings"]
+    live = _live(db_url, "acme")
+    assert set(live) == {"plan.eml", "plan.eml#attachment=1", "plan.eml#attachment=2"}
+    # Attachments have the message's owner: another connector can neither push nor delete them.
+    assert {owner for _version, owner in live.values()} == {"mail"}
+
+    docx_hit = _search(full_client, reader, "database backups thirty five days")[0]
+    assert docx_hit["document_external_id"] == "plan.eml#attachment=1"
+    assert docx_hit["title"] == "handbook.docx" and docx_hit["section_path"] == ["Storage", "Backups"]
+    assert docx_hit["metadata"]["parent_external_id"] == "plan.eml"
+    assert docx_hit["metadata"]["attachment_filename"] == "handbook.docx"
+    assert docx_hit["metadata"]["message_subject"] == "Harbour maintenance plan"
+    notes_hit = _search(full_client, reader, "harbour crane inspection ninth week")[0]
+    assert notes_hit["document_external_id"] == "plan.eml#attachment=2"
+    # The message's own chunks hold its body, none of the attachments' text.
+    body = [
+        r
+        for r in _search(full_client, reader, "crane backups winter plan")
+        if r["document_external_id"] == "plan.eml"
+    ]
+    assert body and all("crane" not in r["text"] and "backups" not in r["text"] for r in body)
+
+    other = make_key(db_url, "acme", ["ingest"])
+    sneak = full_client.delete("/v1/documents/plan.eml%23attachment=1?connector=other", headers=_auth(other))
+    assert sneak.status_code == 409, sneak.text
+    doc = {"external_id": "plan.eml#attachment=1", "content_base64": "eA==", "mime_type": "text/plain"}
+    resp = full_client.post("/v1/documents?connector=other", json={"documents": [doc]}, headers=_auth(other))
+    assert resp.status_code == 422
+    assert [r["code"] for r in resp.json()["error"]["rejections"]] == ["owned_by_other_connector"]
+
+    # Re-pushed without the text file: the ZIP becomes number 2, the DOCX stays unchanged.
+    job = _push(
+        full_client,
+        ingest,
+        "plan.eml",
+        _message(notes=False, docx=docx),
+        {"principals": ["user:reader"]},
+        "mail",
+    )
+    assert job["state"] == "succeeded", job
+    after = _live(db_url, "acme")
+    assert set(after) == {"plan.eml", "plan.eml#attachment=1"}
+    assert after["plan.eml#attachment=1"] == live["plan.eml#attachment=1"]  # same version
+    assert not any(
+        r["document_external_id"] == "plan.eml#attachment=2"
+        for r in _search(full_client, reader, "harbour crane inspection ninth week")
+    )
+
+    # The message's new ACL reaches its attachment: the reader who lost access sees none.
+    resp = full_client.put(
+        "/v1/documents/plan.eml/acl?connector=mail", json={"principals": ["user:boss"]}, headers=_auth(ingest)
+    )
+    assert resp.status_code == 200, resp.text
+    assert _search(full_client, reader, "database backups thirty five days harbour") == []
+    boss = make_key(db_url, "acme", ["query"], principal="user:boss")
+    assert _search(full_client, boss, "database backups thirty five days")[0]["document_external_id"] == (
+        "plan.eml#attachment=1"
+    )
+
+    # Deleting the message deletes its attachments.
+    assert (
+        full_client.delete("/v1/documents/plan.eml?connector=mail", headers=_auth(ingest)).status_code == 200
+    )
+    assert _live(db_url, "acme") == {}
+    assert _search(full_client, boss, "database backups thirty five days") == []
+
+
+def test_uploaded_message_attachments_are_documents(full_client: TestClient, db_url: str) -> None:
+    ingest = make_key(db_url, "acme", ["ingest"])
+    reader = make_key(db_url, "acme", ["query"], principal="user:reader")
+    resp = full_client.post(
+        "/v1/documents:upload",
+        headers=_auth(ingest),
+        files={"file": ("plan.eml", _message(), EML)},
+        data={"external_id": "up.eml", "acl": '{"public": true}'},
+    )
+    assert resp.status_code == 202, resp.text
+    job = wait_job(full_client, ingest, resp.json()["job_id"])
+    assert job["state"] == "succeeded", job
+    assert any("bundle.zip" in w for w in job["warnings"][0]["warnings"])
+    hit = _search(full_client, reader, "harbour crane inspection ninth week")[0]
+    assert hit["document_external_id"] == "up.eml#attachment=2"
+    assert hit["title"] == "notes.txt" and hit["metadata"]["parent_external_id"] == "up.eml"
+    assert set(_live(db_url, "acme")) == {"up.eml", "up.eml#attachment=1", "up.eml#attachment=2"}
