@@ -23,6 +23,7 @@ from api.middleware import RequestContextMiddleware, TracingMiddleware
 from api.observe import ChangeVisibilityProbe, ObserveConfig, RetrieveObserver
 from api.routes import admin, connectors, feedback, fusion, health
 from catalog.db import apply_migrations
+from core.heap import freeze_startup_heap, unfreeze_heap
 from core.limits import RetrieveLimits
 from core.logging import configure_logging
 from core.settings import Settings
@@ -104,10 +105,12 @@ def _lifespan(
             probe,
         )
         closers = [hook(app, settings) for hook in hooks]
+        freeze_startup_heap()  # models and index out of every later collection's scan
         log.info("ragline API ready")
         try:
             yield
         finally:
+            unfreeze_heap()
             for close in reversed(closers):
                 close()
             probe.close()
