@@ -49,3 +49,15 @@ def propagate_acl(conn: psycopg.Connection, *, tenant_id: str, parent_doc_id: in
         docs_repo.update_acl_if_changed(conn, doc=doc, acl=acl)
         for doc in children(conn, tenant_id=tenant_id, parent_doc_id=parent_doc_id)
     )
+
+
+def every_child(conn: psycopg.Connection, *, tenant_id: str, parent_doc_id: int) -> list[DocumentRow]:
+    """Every attachment a message ever had, live or deleted, locked (an erasure takes them all)."""
+    rows = conn.execute(
+        "SELECT external_id FROM documents WHERE tenant_id = %s AND parent_doc_id = %s ORDER BY external_id",
+        (tenant_id, parent_doc_id),
+    ).fetchall()
+    found = (
+        docs_repo.get_document(conn, tenant_id=tenant_id, external_id=str(r[0]), lock=True) for r in rows
+    )
+    return [doc for doc in found if doc is not None]

@@ -105,7 +105,7 @@ ACTIONS: Mapping[str, Shape] = {
     "console.search_as": _write("principal id"),
     "console.explain": _write("principal id"),
     "schema.migrate": Shape("migration", frozenset({"checksum"})),
-    "document.purge": _write("external id", "deleted_now", "versions", "chunks", "job_items"),
+    "document.purge": _write("external id", "deleted_now", "versions", "chunks", "job_items", "attachments"),
     "retention.purge": _write("", "versions", "chunks", "documents", "job_payloads"),
     "retrieve": _RETRIEVE,
     # Every console search (POST /v1/admin/retrieve), searched as anyone, the admin included.

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from authz.principals import Principal
+from catalog import attachments as attachments_repo
 from catalog import audit, indexes
 from catalog import documents as docs_repo
 from catalog import feedback as feedback_repo
@@ -214,6 +215,12 @@ def _purge_now(
         if active:
             docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=external_id)
         counts = purge_repo.purge_document(conn, doc_id=doc.doc_id)
+        # An e-mail's attachments are documents made from its bytes: erased with it.
+        attached = attachments_repo.every_child(conn, tenant_id=tenant_id, parent_doc_id=doc.doc_id)
+        for child in attached:
+            if child.state == "active":
+                docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=child.external_id)
+            counts = counts + purge_repo.purge_document(conn, doc_id=child.doc_id)
         audit.record(
             conn,
             actor=caller.actor,
@@ -225,6 +232,7 @@ def _purge_now(
                 "versions": counts.versions,
                 "chunks": counts.chunks,
                 "job_items": counts.job_payloads,
+                "attachments": [c.external_id for c in attached],
                 "via": caller.via,
             },
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from email.message import EmailMessage
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -172,3 +173,35 @@ def test_uploaded_message_attachments_are_documents(full_client: TestClient, db_
     assert hit["document_external_id"] == "up.eml#attachment=2"
     assert hit["title"] == "notes.txt" and hit["metadata"]["parent_external_id"] == "up.eml"
     assert set(_live(db_url, "acme")) == {"up.eml", "up.eml#attachment=1", "up.eml#attachment=2"}
+
+
+def test_erasing_a_message_erases_its_attachments(
+    full_client: TestClient, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ragline purge`` of a message is an erasure request for what was made of its bytes:
+    its attachment documents are deleted and purged with it, in one audited transaction, and
+    their text is in no table afterwards."""
+    from cli.main import main
+    from core.settings import get_settings
+    from tests.integration.api.test_purge import _in_tables
+
+    ingest = make_key(db_url, "acme", ["ingest"])
+    reader = make_key(db_url, "acme", ["query"], principal="user:reader")
+    assert _push(full_client, ingest, "erase.eml", _message(), {"public": True})["state"] == "succeeded"
+    assert set(_live(db_url, "acme")) >= {"erase.eml", "erase.eml#attachment=1", "erase.eml#attachment=2"}
+    monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
+    monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert main(["purge", "--tenant", "acme", "--external-id", "erase.eml", "--json"]) == 0
+    finally:
+        get_settings.cache_clear()
+    assert not [k for k in _live(db_url, "acme") if k.startswith("erase.eml")]
+    assert _search(full_client, reader, "harbour crane inspection ninth week") == []
+    with psycopg.connect(db_url) as conn:
+        assert _in_tables(conn, "harbour crane inspection") == []
+        details = conn.execute(
+            "SELECT details FROM audit_log WHERE action = 'document.purge' AND target = 'erase.eml'"
+        ).fetchone()
+    assert details is not None
+    assert details[0]["attachments"] == ["erase.eml#attachment=1", "erase.eml#attachment=2"]
