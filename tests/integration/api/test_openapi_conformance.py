@@ -153,7 +153,7 @@ def test_upload_answers_are_the_documented_ones(
         ({"metadata": "[" * 10_000 + "]" * 10_000}, "a.txt", 422),
         ({"metadata": '{"k": NaN}'}, "a.txt", 422),
         ({"mime_type": "application/msword"}, "a.txt", 422),
-        ({}, "a.odt", 422),  # OpenDocument: not parsed
+        ({}, "a.pages", 422),  # Apple Pages: not parsed
         ({}, "notes", 202),
     ):
         response = foundation_client.post(
