@@ -230,24 +230,8 @@ class SearchService:
 
     def _retrieve(self, req: RetrieveRequest, acl: AclFilter, catalog_position: int | None) -> RetrieveResult:
         slog = StageLog()
-        t = time.perf_counter()
-        position = self._ensure_fresh(catalog_position)
-        snap = self.state.current
-        masks = build_masks(self.state, snap, acl)
-        # Fanning out, this process holds no shard: the servers build the masks that count.
-        readable = masks.allowed if self.shards is None else masks.documents
-        slog.time("acl_filter", t)
-        fusion = self._fusion_at(acl.tenant_id, req.fusion)
-        if req.mode == "hybrid" and fusion.dense_weight == 0 and fusion.lexical_weight == 0:
-            raise InvalidInputError("fusion: both leg weights are 0 (tenant default and request together)")
-        fused: list[FusedHit] = []
-        if readable:
-            lists, weights = (
-                self._candidates(req, fusion, snap, masks, slog)
-                if self.shards is None
-                else self._remote_candidates(self.shards, req, fusion, acl, position, snap.model, slog)
-            )
-            fused = self._fuse(lists, weights, fusion, slog)
+        snap, fusion, found = self._first_stages(req, acl, catalog_position, slog)
+        fused = self._fuse(*found, fusion, slog) if found is not None else []
         reranker = self.reranker if req.rerank is None or req.rerank else None
         if req.rerank and self.reranker is None:
             slog.degrade("rerank", "no reranker model is configured")
@@ -387,24 +371,40 @@ class SearchService:
         slog.time("fusion", t)
         return fused
 
+    def _first_stages(
+        self, req: RetrieveRequest, acl: AclFilter, catalog_position: int | None, slog: StageLog
+    ) -> tuple[ServingIndex, FusionConfig, tuple[list[list[Hit]], list[float]] | None]:
+        """Freshness, the ACL masks and each leg's candidates (with their fusion weights), or
+        None when the principal may read nothing: what :meth:`retrieve` fuses, and what
+        :meth:`candidate_legs` hands ``ragline tune`` (one code path, so tuning scores exactly
+        the candidates a request gets)."""
+        t = time.perf_counter()
+        position = self._ensure_fresh(catalog_position)
+        snap = self.state.current
+        masks = build_masks(self.state, snap, acl)
+        # Fanning out, this process holds no shard: the servers build the masks that count.
+        readable = masks.allowed if self.shards is None else masks.documents
+        slog.time("acl_filter", t)
+        fusion = self._fusion_at(acl.tenant_id, req.fusion)
+        if req.mode == "hybrid" and fusion.dense_weight == 0 and fusion.lexical_weight == 0:
+            raise InvalidInputError("fusion: both leg weights are 0 (tenant default and request together)")
+        if not readable:
+            return snap, fusion, None
+        found = (
+            self._candidates(req, fusion, snap, masks, slog)
+            if self.shards is None
+            else self._remote_candidates(self.shards, req, fusion, acl, position, snap.model, slog)
+        )
+        return snap, fusion, found
+
     def candidate_legs(self, req: RetrieveRequest, acl: AclFilter) -> CandidateLegs:
         """Each leg's candidates for ``req`` as ``acl`` allows, before fusion, at the depths of
         the fusion ``req`` resolves to (settings, tenant, request): the first stages of
         :meth:`retrieve`, for ``ragline tune``, which re-fuses them offline with
         :func:`fuse_lists` for every setting it tries instead of searching once per setting."""
         slog = StageLog()
-        position = self._ensure_fresh(None)
-        snap = self.state.current
-        masks = build_masks(self.state, snap, acl)
-        readable = masks.allowed if self.shards is None else masks.documents
-        fusion = self.fusion_for(acl.tenant_id, req.fusion)
-        lists: list[list[Hit]] = []
-        if readable:
-            lists, _ = (
-                self._candidates(req, fusion, snap, masks, slog)
-                if self.shards is None
-                else self._remote_candidates(self.shards, req, fusion, acl, position, snap.model, slog)
-            )
+        snap, _, found = self._first_stages(req, acl, None, slog)
+        lists = found[0] if found is not None else []
         legs = {hits[0].source: hits for hits in lists if hits}
         return CandidateLegs(legs.get("dense", []), legs.get("lexical", []), snap.version_id, slog.degraded)
 
