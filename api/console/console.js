@@ -350,7 +350,11 @@
         const err = j.errors.find((e) => e.external_id === u.id);
         if (err) Object.assign(u, { outcome: "failed", code: err.code || "", message: err.message || "" });
         else if (j.state === "cancelled") Object.assign(u, { outcome: "cancelled", message: "the job was cancelled" });
-        else if (FINAL.includes(j.state)) Object.assign(u, { outcome: "indexed", message: "searchable" });
+        else if (FINAL.includes(j.state)) {
+          // Indexed, with what the job noted for it (an e-mail's skipped attachments, OCR pages...)
+          const noted = (j.warnings || []).filter((w) => w.external_id === u.id).flatMap((w) => w.warnings);
+          Object.assign(u, { outcome: "indexed", message: noted.length ? "searchable; " + noted.join("; ") : "searchable" });
+        }
         else if (j.state === "running") Object.assign(u, { outcome: "running", message: "parsing and embedding" });
       }
     }

@@ -279,7 +279,8 @@ def test_judge_a_result_and_set_the_tenant_fusion(browser: WebDriver, console: C
 def _upload_rows(driver: WebDriver) -> dict[str, dict]:
     return driver.execute_script(
         "const out = {}; for (const r of document.querySelectorAll('#upload-out tr[data-file]'))"
-        " out[r.dataset.file] = {outcome: r.dataset.outcome, code: r.dataset.code, id: r.dataset.externalId};"
+        " out[r.dataset.file] = {outcome: r.dataset.outcome, code: r.dataset.code, id: r.dataset.externalId,"
+        " detail: r.lastElementChild.textContent};"
         " return out;"
     )
 
@@ -287,13 +288,15 @@ def _upload_rows(driver: WebDriver) -> dict[str, dict]:
 def test_upload_office_files_with_their_outcomes(
     browser: WebDriver, console: Console, tmp_path: Path
 ) -> None:
-    """Three files picked at once: a DOCX is indexed for its readers, an encrypted DOCX fails in
-    its job as ``encrypted_document``, a ZIP is refused at the upload as ``unsupported_type``;
-    each row says so. A form with no readers is refused before anything is sent."""
+    """Four files picked at once: a DOCX is indexed for its readers, an encrypted DOCX fails in
+    its job as ``encrypted_document``, a ZIP is refused at the upload as ``unsupported_type``,
+    an e-mail is indexed with its skipped attachment named; each row says so. A form with no
+    readers is refused before anything is sent."""
     files = {
         "handbook.docx": office_factory.docx_bytes(rows=4),
         "locked.docx": hostile_office.encrypted(office_factory.docx_bytes()),
         "archive.zip": b"PK\x03\x04 not really an archive",
+        "memo.eml": office_factory.eml_bytes(),  # its ZIP attachment is skipped, and said so
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
@@ -313,12 +316,19 @@ def test_upload_office_files_with_their_outcomes(
     final = {"indexed", "failed", "refused", "cancelled"}
     _wait(
         browser,
-        lambda d: len(rows := _upload_rows(d)) == 3 and all(r["outcome"] in final for r in rows.values()),
+        lambda d: len(rows := _upload_rows(d)) == 4 and all(r["outcome"] in final for r in rows.values()),
     )
     rows = _upload_rows(browser)
-    assert rows["handbook.docx"] == {"outcome": "indexed", "code": "", "id": "share/handbook.docx"}
+    assert rows["handbook.docx"] == {
+        "outcome": "indexed",
+        "code": "",
+        "id": "share/handbook.docx",
+        "detail": "searchable",
+    }
     assert rows["locked.docx"]["outcome"] == "failed" and rows["locked.docx"]["code"] == "encrypted_document"
     assert rows["archive.zip"]["outcome"] == "refused" and rows["archive.zip"]["code"] == "unsupported_type"
+    assert rows["memo.eml"]["outcome"] == "indexed"
+    assert "attachment_skipped" in rows["memo.eml"]["detail"]
     _shot(browser, console, "upload")
     rotation = office_factory.FACTS["rotation"]
 
