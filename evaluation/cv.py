@@ -70,12 +70,16 @@ def mean(values: Sequence[float]) -> float:
 
 
 def best_setting(
-    primary: Sequence[Sequence[float]], secondary: Sequence[Sequence[float]], columns: Sequence[int]
+    primary: Sequence[Sequence[float]],
+    secondary: Sequence[Sequence[float]],
+    columns: Sequence[int],
+    rows: Sequence[int] | None = None,
 ) -> int:
-    """The row with the highest mean ``primary`` (nDCG@10) over ``columns`` (query positions);
-    ties by mean ``secondary`` (recall@100), then the lowest row (the grid's order)."""
+    """The row (of ``rows``, all when None) with the highest mean ``primary`` (nDCG@10) over
+    ``columns`` (query positions); ties by mean ``secondary`` (recall@100), then the lowest row
+    (the grid's order)."""
     return max(
-        range(len(primary)),
+        range(len(primary)) if rows is None else rows,
         key=lambda row: (
             round(mean([primary[row][c] for c in columns]), 12),
             round(mean([secondary[row][c] for c in columns]), 12),
@@ -135,6 +139,7 @@ def cross_validate(
     k: int,
     seed: int,
     samples: int = 2000,
+    choices: Sequence[int] | None = None,
 ) -> CrossValidation:
     """k-fold cross-validation of "pick the best row": per fold, the row best on the other
     folds against row ``current``, both scored on the fold held out.
@@ -145,6 +150,9 @@ def cross_validate(
         current: the row of the setting in use now.
         query_ids: the columns' query ids.
         k: folds; seed: their shuffle and the bootstrap's.
+        choices: the rows a fold may choose (all when None): without ``current``, the
+            held-out difference measures a trick always on, its parameters still chosen on
+            the training folds.
     """
     position = {q: i for i, q in enumerate(query_ids)}
     folds = kfold(query_ids, k, seed)
@@ -155,7 +163,7 @@ def cross_validate(
         test = [position[q] for q in held]
         held_set = set(test)
         train = [c for c in range(len(query_ids)) if c not in held_set]
-        chosen = best_setting(ndcg, recall, train)
+        chosen = best_setting(ndcg, recall, train, choices)
         for c in test:
             diff_n[c] = ndcg[chosen][c] - ndcg[current][c]
             diff_r[c] = recall[chosen][c] - recall[current][c]
@@ -170,7 +178,7 @@ def cross_validate(
                 mean([recall[current][c] for c in test]),
             )
         )
-    final = best_setting(ndcg, recall, list(range(len(query_ids))))
+    final = best_setting(ndcg, recall, list(range(len(query_ids))), choices)
     return CrossValidation(
         results,
         diff_n,

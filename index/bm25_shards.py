@@ -87,6 +87,23 @@ def _idf(method: str, df: np.ndarray | float, n_docs: float) -> np.ndarray:
     raise InvalidInputError(f"shared collection statistics support lucene and robertson, not {method}")
 
 
+_EMPTY = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
+
+
+def _top_allowed(scores: np.ndarray, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best positions scoring > 0 and allowed, best first (ties by position)."""
+    # Only documents sharing a term have a score; the mask is checked on those alone.
+    candidates = np.flatnonzero(scores > 0)
+    if allowed is not None:
+        candidates = candidates[np.asarray(allowed, dtype=bool)[candidates]]
+    cand_scores = scores[candidates]
+    if len(candidates) > k:
+        top = np.argpartition(-cand_scores, k - 1)[:k]
+        candidates, cand_scores = candidates[top], cand_scores[top]
+    order = np.argsort(-cand_scores, kind="stable")
+    return cand_scores[order].astype(np.float32), candidates[order].astype(np.int64)
+
+
 class LexicalShard:
     """BM25 over the texts of one shard; positions line up with the dense shard's."""
 
@@ -174,6 +191,10 @@ class LexicalShard:
         With a mask, a term's df counts only its postings inside the mask (every term of the
         vocabulary gets an entry, 0 included, so no caller falls back to the segment's df),
         and the length counts only the masked documents."""
+        return self.term_stats(self.tokenizer.tokenize(query, language), within=within)
+
+    def term_stats(self, terms: Iterable[str], *, within: np.ndarray | None = None) -> LexicalStats:
+        """:meth:`stats` for terms already analysed (index terms, as :meth:`search_terms` takes)."""
         if within is None:
             n_docs, length = self.ntotal, self._total_length
         else:
@@ -186,7 +207,7 @@ class LexicalShard:
         if self._bm25 is not None:
             vocab = self._bm25.vocab_dict
             indices, indptr = self._bm25.scores["indices"], self._bm25.scores["indptr"]
-            for term in set(self.tokenizer.tokenize(query, language)):
+            for term in set(terms):
                 token_id = vocab.get(term)
                 if token_id is None:
                     continue
@@ -219,33 +240,55 @@ class LexicalShard:
             float32 scores and int64 positions, at most k, best first, every score > 0 and
             every position allowed.
         """
-        if k < 1:
-            raise InvalidInputError(f"k must be >= 1, got {k}")
-        if allowed is not None:
-            allowed = np.asarray(allowed, dtype=bool)
-            if allowed.shape != (self.ntotal,):
-                raise InvalidInputError(f"allowed must be ({self.ntotal},) bool, got {allowed.shape}")
-        empty = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
+        self._check(k, allowed)
         if self._bm25 is None:
-            return empty
+            return _EMPTY
         terms = [t for t in self.tokenizer.tokenize(query, language) if t in self._bm25.vocab_dict]
         token_ids = [self._bm25.vocab_dict[t] for t in terms]
         if not token_ids:
-            return empty
+            return _EMPTY
         if stats is None:
             scores = self._bm25.get_scores_from_ids(token_ids)
         else:
             scores = self._shared_scores(terms, token_ids, stats)
-        # Only documents sharing a term have a score; the mask is checked on those alone.
-        candidates = np.flatnonzero(scores > 0)
-        if allowed is not None:
-            candidates = candidates[allowed[candidates]]
-        cand_scores = scores[candidates]
-        if len(candidates) > k:
-            top = np.argpartition(-cand_scores, k - 1)[:k]
-            candidates, cand_scores = candidates[top], cand_scores[top]
-        order = np.argsort(-cand_scores, kind="stable")
-        return cand_scores[order].astype(np.float32), candidates[order].astype(np.int64)
+        return _top_allowed(scores, k, allowed)
+
+    def search_terms(
+        self,
+        weights: Mapping[str, float],
+        k: int,
+        *,
+        allowed: np.ndarray | None,
+        stats: LexicalStats | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` for a weighted query of index terms (an expanded query model such as
+        :func:`retrieve.feedback.rm3_query`'s): ``score(d) = sum_t w_t * bm25(t, d)``, each
+        term's BM25 as :meth:`search` scores it, so weights equal to a query's term counts
+        give :meth:`search`'s scores. Terms are not analysed again; unknown terms and weights
+        <= 0 are ignored."""
+        self._check(k, allowed)
+        if self._bm25 is None:
+            return _EMPTY
+        vocab = self._bm25.vocab_dict
+        kept = [(t, float(w)) for t, w in weights.items() if t in vocab and w > 0]
+        if not kept:
+            return _EMPTY
+        scores = np.zeros(self.ntotal, dtype=np.float32)
+        for term, weight in kept:
+            ids = [vocab[term]]
+            one = (
+                self._bm25.get_scores_from_ids(ids)
+                if stats is None
+                else self._shared_scores([term], ids, stats)
+            )
+            scores += np.float32(weight) * np.asarray(one, dtype=np.float32)
+        return _top_allowed(scores, k, allowed)
+
+    def _check(self, k: int, allowed: np.ndarray | None) -> None:
+        if k < 1:
+            raise InvalidInputError(f"k must be >= 1, got {k}")
+        if allowed is not None and np.shape(allowed) != (self.ntotal,):
+            raise InvalidInputError(f"allowed must be ({self.ntotal},) bool, got {np.shape(allowed)}")
 
     def _shared_scores(self, terms: list[str], token_ids: list[int], stats: LexicalStats) -> np.ndarray:
         """Scores of every position under ``stats``: each posting's tf recovered, rescored."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -241,6 +241,51 @@ class HybridSearcher:
             delta = snap.delta.lexical
             parts.append(self._lexical_one(delta, snap.delta.rows, query, k, masks.delta, stats, language))
         return _merge(parts, k)
+
+    def lexical_terms(
+        self, snap: ServingIndex, masks: Masks, weights: Mapping[str, float], k: int, log: StageLog
+    ) -> list[Hit]:
+        """:meth:`lexical` for a weighted query of index terms (``LexicalShard.search_terms``),
+        scored with the tenant's collection statistics for those terms, under the same masks."""
+        shard_masks, delta_mask = self._tenant_masks.get(self.state, snap, masks.tenant_id)
+        shards = snap.version.shards if snap.version else ()
+        parts = [s.lexical.term_stats(weights, within=m) for s, m in zip(shards, shard_masks, strict=True)]
+        if snap.delta.lexical is not None:
+            parts.append(snap.delta.lexical.term_stats(weights, within=delta_mask))
+        stats = LexicalStats.total(parts)
+
+        def one(shard: LexicalShard, rows: np.ndarray, mask: np.ndarray) -> list[Hit]:
+            scores, pos = shard.search_terms(weights, k, allowed=mask, stats=stats)
+            return [Hit(int(rows[p]), float(s), "lexical") for s, p in zip(scores, pos, strict=True)]
+
+        tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
+            (f"shard{shard.shard}", partial(one, shard.lexical, shard.row_ids, mask))
+            for shard, mask, allowed in zip(shards, masks.shards, masks.shard_counts, strict=True)
+            if allowed
+        ]
+        found = self._fan_out("lexical", tasks, log)
+        if snap.delta.lexical is not None and masks.delta_count:
+            found.append(one(snap.delta.lexical, snap.delta.rows, masks.delta))
+        return _merge(found, k)
+
+    @staticmethod
+    def vectors_of(snap: ServingIndex, rows: Sequence[int]) -> dict[int, np.ndarray]:
+        """The stored embedding of each of ``rows`` held by the snapshot (shards or delta), as
+        indexed: what pseudo-relevance feedback on the dense leg averages. Rows it does not
+        hold are left out; callers pass only rows their masks allowed."""
+        wanted = np.asarray(sorted(set(rows)), dtype=np.int64)
+        out: dict[int, np.ndarray] = {}
+        segments = [(s.row_ids, s.dense.vectors) for s in (snap.version.shards if snap.version else ())]
+        segments.append((snap.delta.rows, snap.delta.vectors))
+        for held, vectors in segments:
+            if not len(held) or not len(wanted):
+                continue
+            order = np.argsort(held, kind="stable")
+            at = np.searchsorted(held[order], wanted).clip(0, len(held) - 1)
+            hit = np.asarray(held)[order[at]] == wanted
+            for row, pos in zip(wanted[hit], order[at][hit], strict=True):
+                out[int(row)] = np.asarray(vectors[int(pos)], dtype=np.float32)
+        return out
 
     @staticmethod
     def _lexical_one(
