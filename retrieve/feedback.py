@@ -52,11 +52,11 @@ def rm3_query(
     original = {t: c / len(query_terms) for t, c in q_counts.items()} if query_terms else {}
     docs = [d for d in feedback if d.score > 0 and d.terms]
     total = math.fsum(d.score for d in docs)
-    relevance: Counter[str] = Counter()
+    relevance: dict[str, float] = {}
     for doc in docs:
         share = doc.score / total
         for term, tf in Counter(doc.terms).items():
-            relevance[term] += share * tf / len(doc.terms)
+            relevance[term] = relevance.get(term, 0.0) + share * tf / len(doc.terms)
     top = sorted(relevance.items(), key=lambda kv: (-kv[1], kv[0]))[:fb_terms]
     mass = math.fsum(w for _, w in top)
     if not top or mass <= 0:
