@@ -100,3 +100,17 @@ def test_grid_depths_start_at_top_k_and_convex_weights_sum_to_one() -> None:
         if o.method == "convex":
             assert o.rrf_k is None
             assert (o.dense_weight or 0) + (o.lexical_weight or 0) == pytest.approx(1.0)
+
+
+def test_cross_validate_with_choices_keeps_the_trick_on() -> None:
+    # Row 0 (current) is best everywhere; without it among the choices each fold takes the
+    # better of rows 1 and 2 on its training queries, and the difference is measured as lost.
+    ids = [f"q{i}" for i in range(10)]
+    ndcg = [[0.6] * 10, [0.5] * 10, [0.4] * 10]
+    recall = [[0.5] * 10, [0.5] * 10, [0.5] * 10]
+    free = cv.cross_validate(ndcg, recall, 0, ids, k=5, seed=0)
+    assert [f.chosen for f in free.folds] == [0] * 5 and free.interval == (0.0, 0.0)
+    on = cv.cross_validate(ndcg, recall, 0, ids, k=5, seed=0, choices=[1, 2])
+    assert [f.chosen for f in on.folds] == [1] * 5 and on.final == 1
+    assert on.interval == pytest.approx((-0.1, -0.1))
+    assert cv.best_setting(ndcg, recall, list(range(10)), [2]) == 2
