@@ -68,7 +68,7 @@ def world(db_url: str, tmp_path: Path, embedder) -> Iterator[tuple[SearchService
     with psycopg.connect(db_url) as conn:
         with conn.transaction():
             indexes.swap_alias(conn, alias="live", version_id=version)
-        rows = dict(
+        rows: dict[str, int] = dict(
             conn.execute(
                 "SELECT d.external_id, c.chunk_row FROM chunks c JOIN documents d USING (doc_id)"
                 " WHERE d.tenant_id = %s",
