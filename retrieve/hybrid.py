@@ -226,21 +226,9 @@ class HybridSearcher:
         terms. ``stats`` are given when this snapshot holds only some of the segments (a
         shard server: the fan-out sums every server's ``lexical_stats`` first)."""
         stats = stats or self.lexical_stats(snap, query, tenant_id=masks.tenant_id, language=language)
-        tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
-            (
-                f"shard{shard.shard}",
-                partial(self._lexical_one, shard.lexical, shard.row_ids, query, k, mask, stats, language),
-            )
-            for shard, mask, allowed in zip(
-                snap.version.shards if snap.version else (), masks.shards, masks.shard_counts, strict=True
-            )
-            if allowed
-        ]
-        parts = self._fan_out("lexical", tasks, log)
-        if snap.delta.lexical is not None and masks.delta_count:
-            delta = snap.delta.lexical
-            parts.append(self._lexical_one(delta, snap.delta.rows, query, k, masks.delta, stats, language))
-        return _merge(parts, k)
+        return self._lexical_fan_out(
+            snap, masks, k, log, partial(self._lexical_one, query=query, k=k, stats=stats, language=language)
+        )
 
     def lexical_terms(
         self, snap: ServingIndex, masks: Masks, weights: Mapping[str, float], k: int, log: StageLog
@@ -258,15 +246,29 @@ class HybridSearcher:
             scores, pos = shard.search_terms(weights, k, allowed=mask, stats=stats)
             return [Hit(int(rows[p]), float(s), "lexical") for s, p in zip(scores, pos, strict=True)]
 
+        return self._lexical_fan_out(snap, masks, k, log, one)
+
+    def _lexical_fan_out(
+        self,
+        snap: ServingIndex,
+        masks: Masks,
+        k: int,
+        log: StageLog,
+        one: Callable[[LexicalShard, np.ndarray, np.ndarray], list[Hit]],
+    ) -> list[Hit]:
+        """``one(shard, its row ids, its mask)`` on every shard the caller may read (fanned out)
+        and on the delta, merged to the best ``k``."""
         tasks: list[tuple[str, Callable[[], list[Hit]]]] = [
             (f"shard{shard.shard}", partial(one, shard.lexical, shard.row_ids, mask))
-            for shard, mask, allowed in zip(shards, masks.shards, masks.shard_counts, strict=True)
+            for shard, mask, allowed in zip(
+                snap.version.shards if snap.version else (), masks.shards, masks.shard_counts, strict=True
+            )
             if allowed
         ]
-        found = self._fan_out("lexical", tasks, log)
+        parts = self._fan_out("lexical", tasks, log)
         if snap.delta.lexical is not None and masks.delta_count:
-            found.append(one(snap.delta.lexical, snap.delta.rows, masks.delta))
-        return _merge(found, k)
+            parts.append(one(snap.delta.lexical, snap.delta.rows, masks.delta))
+        return _merge(parts, k)
 
     @staticmethod
     def vectors_of(snap: ServingIndex, rows: Sequence[int]) -> dict[int, np.ndarray]:
@@ -291,9 +293,10 @@ class HybridSearcher:
     def _lexical_one(
         shard: LexicalShard,
         rows: np.ndarray,
+        mask: np.ndarray,
+        *,
         query: str,
         k: int,
-        mask: np.ndarray,
         stats: LexicalStats,
         language: str | None = None,
     ) -> list[Hit]:
