@@ -306,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("datasets", nargs="+", type=Path)
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
+    if missing := [str(d) for d in args.datasets if not (d / "corpus.jsonl").is_file()]:
+        parser.error(f"not a BEIR collection (no corpus.jsonl): {', '.join(missing)}")
     print(f"load average before: {os.getloadavg()}")
     settings = Settings()
     rows = [row for d in args.datasets for row in run(d, settings)]
