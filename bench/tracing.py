@@ -24,6 +24,7 @@ from typing import Any
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
 from bench.retrieve import (
+    _cpu_seconds,
     live_catalog,
     retrieve_requests,
     server,
@@ -106,13 +107,31 @@ def main() -> None:
             # Alternate which goes first, so a warming (or cooling) machine favours neither.
             order = list(variants.items()) if round_no % 2 else list(reversed(variants.items()))
             for name, env in order:
-                with server(url, tmp, env_extra=env) as (base, _):
-                    runs.append((name, round_no, asyncio.run(run_rates(base, request, [load]))[0]))
+                with server(url, tmp, env_extra=env) as (base, pid):
+                    counters = {
+                        "server": lambda: _cpu_seconds(pid, children=False) * 1000,
+                        "children": lambda: (_cpu_seconds(pid) - _cpu_seconds(pid, children=False)) * 1000,
+                    }
+                    result = asyncio.run(run_rates(base, request, [load], counters=counters))[0]
+                    runs.append((name, round_no, result))
     sink.terminate()
     print(f"\nHTTP retrieve, hybrid, {args.chunks:,} chunks, {args.rate:g} req/s, {args.duration:g}s each")
     print_table(
-        ["tracing", "round", "sent", "ok", "p50 ms", "p95 ms", "p99 ms"],
-        [[k, n, r.sent, r.ok, f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.p99_ms:.1f}"] for k, n, r in runs],
+        ["tracing", "round", "sent", "ok", "p50 ms", "p95 ms", "p99 ms", "CPU ms/req", "+children"],
+        [
+            [
+                k,
+                n,
+                r.sent,
+                r.ok,
+                f"{r.p50_ms:.1f}",
+                f"{r.p95_ms:.1f}",
+                f"{r.p99_ms:.1f}",
+                f"{r.per_request['server']:.2f}",
+                f"{r.per_request['children']:.2f}",
+            ]  # fmt: skip
+            for k, n, r in runs
+        ],
     )
 
     def median(name: str, field: str) -> float:
@@ -120,6 +139,15 @@ def main() -> None:
 
     p50, p95, p99 = (median("on", f) / median("off", f) for f in ("p50_ms", "p95_ms", "p99_ms"))
     print(f"ratio on/off (medians over {args.rounds} rounds): p50 {p50:.3f}, p95 {p95:.3f}, p99 {p99:.3f}")
+    cpu = [
+        statistics.median(r.per_request[c] for k, _, r in runs if k == name)
+        for name in ("off", "on")
+        for c in ("server", "children")
+    ]
+    print(
+        f"CPU ms per request (medians; server process, its child processes): off {cpu[0]:.2f} + {cpu[1]:.2f},"
+        f" on {cpu[2]:.2f} + {cpu[3]:.2f}"
+    )
     by_round = {(k, n): r for k, n, r in runs}
     per_round = [by_round["on", n].p95_ms / by_round["off", n].p95_ms for n in range(1, args.rounds + 1)]
     print("p95 ratio on/off per round: " + ", ".join(f"{x:.2f}" for x in per_round))

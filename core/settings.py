@@ -235,6 +235,9 @@ class TracingSettings(Section):
     # OpenTelemetry traces: on when this is true or the standard OTEL_* variables name an
     # exporter or an OTLP endpoint (OTEL_SDK_DISABLED=true turns them off either way).
     enabled: bool = False
+    # OTLP spans are encoded and posted by a child process (core/span_export.py), off the
+    # serving interpreter's GIL; false: by the SDK's batch thread in-process.
+    export_process: bool = True
 
 
 class ConsoleSettings(Section):

@@ -42,7 +42,7 @@ def configure_tracing(settings: Settings) -> bool:
     if not tracing_enabled(settings):
         tracing.disable_database_spans()
         return False
-    tracing.install_provider()
+    tracing.install_provider(export_process=settings.tracing.export_process)
     tracing.enable_database_spans()
     return True
 

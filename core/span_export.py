@@ -1,0 +1,309 @@
+"""Finished spans exported by a child process, so the OTLP encoding and the HTTP posts run
+outside the server's interpreter (and its GIL).
+
+The SDK's ``BatchSpanProcessor`` encodes every span to protobuf and posts it from a thread of
+the serving process: about 40 µs of a request's GIL time per span, paid by whichever requests
+are in flight when the batch goes out. ``ProcessSpanProcessor`` keeps the request's side to a
+list append; a sender thread turns each batch into plain tuples once a schedule delay
+(``marshal``, a few µs a span) and writes it to a pipe; the child (``python -m
+core.span_export``) rebuilds the SDK's ``ReadableSpan`` objects and hands them to the standard
+``OTLPSpanExporter``, which reads its endpoint, headers, timeout and compression from the
+``OTEL_EXPORTER_OTLP_*`` variables as it would in-process. What reaches the collector is the
+same OTLP request the in-process exporter would send, less the counts of attributes, events
+and links the SDK's limits dropped (ragline's spans stay far below those limits).
+
+The standard ``OTEL_BSP_*`` variables keep their meaning: schedule delay, queue size (spans
+beyond it are dropped and counted, never blocking a request) and export batch size. The child
+ends when its pipe closes, so it cannot outlive the server; a child that dies is logged once and
+its spans are dropped from then on, and a request never waits on it. ``force_flush`` waits for
+the child to say it has exported what was sent (tests and shutdown rely on that).
+"""
+
+from __future__ import annotations
+
+import logging
+import marshal
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import IO, Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode
+
+log = logging.getLogger(__name__)
+
+_FRAME = struct.Struct("!I")
+_SPANS, _FLUSH, _RESOURCE = 0, 1, 2
+_ACK = b"\x06"
+
+
+def _env_number(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, "") or default)
+    except ValueError:
+        log.warning("%s=%r is not a whole number: using %d", name, os.environ[name], default)
+        return default
+    return value if value > 0 else default
+
+
+def _row(span: ReadableSpan) -> tuple[Any, ...]:
+    """A finished span as the plain values ``marshal`` can write (the child's ``_span`` reads them)."""
+    ctx = span.context
+    parent = span.parent
+    scope = span.instrumentation_scope
+    status = span.status
+    return (
+        span.name,
+        ctx.trace_id,
+        ctx.span_id,
+        int(ctx.trace_flags),
+        tuple(ctx.trace_state.items()) if ctx.trace_state else (),
+        None if parent is None else (parent.span_id, parent.is_remote, int(parent.trace_flags)),
+        span.kind.value,
+        span.start_time,
+        span.end_time,
+        dict(span.attributes or {}),
+        status.status_code.value,
+        status.description,
+        tuple((e.name, e.timestamp, dict(e.attributes or {})) for e in span.events),
+        tuple(
+            (c.trace_id, c.span_id, c.is_remote, int(c.trace_flags), dict(ln.attributes or {}))
+            for ln in span.links
+            for c in (ln.context,)
+        ),
+        None if scope is None else (scope.name, scope.version, scope.schema_url),
+    )
+
+
+def finished_row(
+    name: str, parent: SpanContext, span_id: int, start_ns: int, end_ns: int, attributes: dict[str, Any]
+) -> tuple[Any, ...]:
+    """The row ``_row`` makes of a span that ended as it started: an internal child of
+    ``parent`` in its trace and sampling decision (as the parent-based samplers decide), status
+    unset, no events or links, scope ``ragline``: what ``stage_span`` and ``batch_spans``
+    record, with no SDK span object built and dropped."""
+    flags = int(parent.trace_flags)
+    return (
+        name,
+        parent.trace_id,
+        span_id,
+        flags,
+        tuple(parent.trace_state.items()) if parent.trace_state else (),
+        (parent.span_id, parent.is_remote, flags),
+        SpanKind.INTERNAL.value,
+        start_ns,
+        end_ns,
+        attributes,
+        StatusCode.UNSET.value,
+        None,
+        (),
+        (),
+        ("ragline", None, None),
+    )
+
+
+class ProcessSpanProcessor(SpanProcessor):
+    """Batches sampled, finished spans and sends them to a child process that exports them."""
+
+    def __init__(self, resource: Resource, *, command: Sequence[str] | None = None) -> None:
+        self._delay_s = _env_number("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self._max_queue = _env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+        self._max_batch = _env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+        self._timeout_s = _env_number("OTEL_BSP_EXPORT_TIMEOUT", 30000) / 1000
+        self._queue: deque[ReadableSpan | tuple[Any, ...]] = deque()  # append and popleft are atomic: no lock
+        self._lock = threading.Lock()  # one writer on the pipe at a time
+        self._wake = threading.Event()
+        self._acked = threading.Condition()
+        self._acks = 0
+        self.dropped = 0
+        self._broken = False
+        self._closed = False
+        self._child = subprocess.Popen(
+            list(command or [sys.executable, "-m", "core.span_export"]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        assert self._child.stdin is not None and self._child.stdout is not None
+        self._pipe: IO[bytes] = self._child.stdin
+        attrs = dict(resource.attributes)
+        self._write(_RESOURCE, (attrs, resource.schema_url))
+        threading.Thread(target=self._read_acks, args=(self._child.stdout,), daemon=True).start()
+        self._sender = threading.Thread(target=self._send_loop, name="span-export", daemon=True)
+        self._sender.start()
+
+    # --- the request's side ---------------------------------------------------------------
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        return
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._closed or not span.context.trace_flags.sampled:
+            return
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            self.dropped += 1
+            return
+        queue.append(span)
+        if len(queue) >= self._max_batch:
+            self._wake.set()
+
+    def on_end_row(self, row: tuple[Any, ...]) -> None:
+        """``on_end`` for a span already made a row (``finished_row``)."""
+        queue = self._queue
+        if self._closed:
+            return
+        if len(queue) >= self._max_queue:
+            self.dropped += 1
+            return
+        queue.append(row)
+        if len(queue) >= self._max_batch:
+            self._wake.set()
+
+    # --- the sender thread ----------------------------------------------------------------
+
+    def _send_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._delay_s)
+            self._wake.clear()
+            self._send_queued()
+
+    def _send_queued(self) -> None:
+        queue = self._queue
+        with self._lock:
+            while queue and not self._broken:
+                batch = [queue.popleft() for _ in range(min(len(queue), self._max_batch))]
+                self._write(_SPANS, [s if isinstance(s, tuple) else _row(s) for s in batch])
+
+    def _write(self, kind: int, payload: Any) -> None:
+        data = marshal.dumps((kind, payload))
+        try:
+            self._pipe.write(_FRAME.pack(len(data)) + data)
+            self._pipe.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            if not self._broken:
+                log.warning("the span export process is gone (exit %s): spans dropped", self._child.poll())
+            self._broken = True
+
+    def _read_acks(self, out: IO[bytes]) -> None:
+        while out.read(1) == _ACK:
+            with self._acked:
+                self._acks += 1
+                self._acked.notify_all()
+        with self._acked:
+            self._broken = True
+            self._acked.notify_all()
+
+    # --- flush and shutdown ---------------------------------------------------------------
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Send what is queued and wait until the child has exported it (False on timeout or
+        a child that is gone)."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        with self._acked:
+            wanted = self._acks + 1
+        self._send_queued()
+        with self._lock:
+            self._write(_FLUSH, None)
+        with self._acked:
+            while self._acks < wanted and not self._broken:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._acked.wait(left)
+            return self._acks >= wanted
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self.force_flush(int(self._timeout_s * 1000))
+        self._closed = True
+        self._wake.set()
+        try:
+            self._pipe.close()
+        except OSError:
+            pass
+        try:
+            self._child.wait(timeout=self._timeout_s)
+        except subprocess.TimeoutExpired:
+            self._child.kill()
+            self._child.wait()
+
+
+# --- the child -----------------------------------------------------------------------------
+
+
+def _span(row: Sequence[Any], resource: Resource) -> ReadableSpan:
+    from opentelemetry.sdk.trace import Event
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Link, TraceFlags, TraceState
+    from opentelemetry.trace.status import Status
+
+    (name, trace_id, span_id, flags, state, parent, kind, start, end, attrs, code, description,
+     events, links, scope) = row  # fmt: skip
+    context = SpanContext(trace_id, span_id, False, TraceFlags(flags), TraceState(list(state)))
+    parent_context = (
+        None if parent is None else SpanContext(trace_id, parent[0], parent[1], TraceFlags(parent[2]))
+    )
+    return ReadableSpan(
+        name=name,
+        context=context,
+        parent=parent_context,
+        resource=resource,
+        attributes=attrs,
+        events=[Event(e_name, e_attrs, timestamp) for e_name, timestamp, e_attrs in events],
+        links=[Link(SpanContext(t, s, r, TraceFlags(f)), a) for t, s, r, f, a in links],
+        kind=SpanKind(kind),
+        status=Status(StatusCode(code), description),
+        start_time=start,
+        end_time=end,
+        instrumentation_scope=None if scope is None else InstrumentationScope(*scope),
+    )
+
+
+def _read_frame(stream: IO[bytes]) -> tuple[int, Any] | None:
+    head = stream.read(_FRAME.size)
+    if len(head) < _FRAME.size:
+        return None
+    (size,) = _FRAME.unpack(head)
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    kind, payload = marshal.loads(data)
+    return kind, payload
+
+
+def main() -> None:
+    """Read frames from stdin until it closes; export each batch of spans with the OTLP/HTTP
+    exporter the ``OTEL_EXPORTER_OTLP_*`` variables configure; answer each flush on stdout."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    logging.basicConfig(level=logging.WARNING, format="span-export: %(levelname)s %(message)s")
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    exporter = OTLPSpanExporter()
+    resource = Resource.create({})
+    while (frame := _read_frame(stdin)) is not None:
+        kind, payload = frame
+        if kind == _RESOURCE:
+            attrs, schema_url = payload
+            resource = Resource(attrs, schema_url)
+        elif kind == _SPANS:
+            try:
+                exporter.export([_span(row, resource) for row in payload])
+            except Exception:  # a collector that is down must not end the exporter
+                log.exception("export failed: %d spans dropped", len(payload))
+        elif kind == _FLUSH:
+            stdout.write(_ACK)
+            stdout.flush()
+    exporter.shutdown()
+
+
+if __name__ == "__main__":
+    main()

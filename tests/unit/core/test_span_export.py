@@ -1,0 +1,178 @@
+"""Spans exported from a child process (core/span_export.py) reach an OTLP/HTTP endpoint as
+the same protobuf spans the SDK's in-process encoder makes of them; a full queue drops spans
+rather than blocking, a dead child costs the caller nothing, and shutdown ends the child."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, SpanKind, StatusCode
+
+from core.span_export import ProcessSpanProcessor, finished_row
+
+
+class _Sink(BaseHTTPRequestHandler):
+    requests: list[ExportTraceServiceRequest] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server hook's name)
+        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
+        type(self).requests.append(ExportTraceServiceRequest.FromString(body))
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        return
+
+
+@pytest.fixture
+def sink(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServiceRequest]]:
+    _Sink.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    yield _Sink.requests
+    server.shutdown()
+
+
+RESOURCE = Resource.create({"service.name": "ragline-test", "deployment.environment": "ci"})
+
+
+def _provider(processor: ProcessSpanProcessor) -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A provider feeding the child and, beside it, an in-memory copy of every span."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(processor)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    return provider, memory
+
+
+def _spans(requests: list[ExportTraceServiceRequest]) -> list[ResourceSpans]:
+    return [rs for req in requests for rs in req.resource_spans]
+
+
+def test_the_child_exports_the_spans_the_sdk_would_encode(sink: list[ExportTraceServiceRequest]) -> None:
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, memory = _provider(processor)
+    tracer = provider.get_tracer("ragline", "1.2.3")
+    try:
+        with tracer.start_as_current_span("POST /v1/retrieve", kind=SpanKind.SERVER) as root:
+            root.set_attribute("http.response.status_code", 500)
+            root.set_attribute("ragline.stages", ("acl_filter", "dense"))
+            attributes = {"ragline.count": 3, "x.ratio": 0.5}
+            with tracer.start_as_current_span("retrieve.dense", attributes=attributes):
+                pass
+            try:
+                with tracer.start_as_current_span("retrieve.fetch"):
+                    raise ValueError("boom")
+            except ValueError:
+                pass
+            tracer.start_span("linked", links=[Link(root.get_span_context(), {"why": "batch"})]).end()
+        assert processor.force_flush(10_000)
+    finally:
+        provider.shutdown()
+    got = _spans(sink)
+    assert got, "nothing reached the endpoint"
+    resource = {kv.key: kv.value.string_value for kv in got[0].resource.attributes}
+    assert resource.items() >= {"service.name": "ragline-test", "deployment.environment": "ci"}.items()
+    sent = {s.span_id: s for rs in got for ss in rs.scope_spans for s in ss.spans}
+    scopes = {ss.scope.name + "/" + ss.scope.version for rs in got for ss in rs.scope_spans}
+    assert scopes == {"ragline/1.2.3"}
+    expected = {
+        s.span_id: s
+        for rs in encode_spans(memory.get_finished_spans()).resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    }
+    assert len(expected) == 4
+    assert sent == expected  # protobuf equality: ids, parents, times, attributes, events, links, status
+    fetch = next(s for s in sent.values() if s.name == "retrieve.fetch")
+    assert fetch.status.code == StatusCode.ERROR.value and [e.name for e in fetch.events] == ["exception"]
+
+
+def test_a_full_queue_drops_spans_and_never_blocks(
+    sink: list[ExportTraceServiceRequest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")  # the sender sleeps through the test
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "5")
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, _ = _provider(processor)
+    try:
+        tracer = provider.get_tracer("ragline")
+        for i in range(12):
+            tracer.start_span(f"s{i}").end()
+        assert processor.dropped == 7
+        assert processor.force_flush(10_000)
+    finally:
+        provider.shutdown()
+    names = sorted(s.name for rs in _spans(sink) for ss in rs.scope_spans for s in ss.spans)
+    assert names == [f"s{i}" for i in range(5)]
+
+
+def test_a_dead_child_costs_the_caller_nothing(sink: list[ExportTraceServiceRequest]) -> None:
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, memory = _provider(processor)
+    tracer = provider.get_tracer("ragline")
+    try:
+        os.kill(processor._child.pid, signal.SIGKILL)
+        processor._child.wait(timeout=10)
+        for i in range(50):
+            tracer.start_span(f"after{i}").end()  # no exception reaches the caller
+        started = time.monotonic()
+        assert processor.force_flush(10_000) is False
+        assert time.monotonic() - started < 5
+    finally:
+        provider.shutdown()
+    assert len(memory.get_finished_spans()) == 50  # the other processors kept working
+    assert not _spans(sink)
+
+
+def test_shutdown_exports_what_is_left_and_ends_the_child(
+    sink: list[ExportTraceServiceRequest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, _ = _provider(processor)
+    provider.get_tracer("ragline").start_span("last").end()
+    provider.shutdown()
+    assert processor._child.poll() == 0
+    assert [s.name for rs in _spans(sink) for ss in rs.scope_spans for s in ss.spans] == ["last"]
+
+
+def test_a_finished_row_exports_as_the_sdk_span_of_the_same_stage(
+    sink: list[ExportTraceServiceRequest],
+) -> None:
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, _ = _provider(processor)
+    tracer = provider.get_tracer("ragline")
+    attrs: dict[str, Any] = {"ragline.stage": "dense", "ragline.count": 4}
+    try:
+        with tracer.start_as_current_span("retrieve") as parent:
+            made = tracer.start_span("retrieve.dense", start_time=1_000, attributes=attrs)
+            made.end(end_time=2_500)
+            span_id = made.get_span_context().span_id
+            processor.on_end_row(
+                finished_row("retrieve.dense", parent.get_span_context(), span_id, 1_000, 2_500, attrs)
+            )
+        assert processor.force_flush(10_000)
+    finally:
+        provider.shutdown()
+    dense = [
+        s for rs in _spans(sink) for ss in rs.scope_spans for s in ss.spans if s.name == "retrieve.dense"
+    ]
+    assert len(dense) == 2 and dense[0] == dense[1]
