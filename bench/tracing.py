@@ -3,7 +3,10 @@ with tracing off, then on (OTLP/HTTP to a local sink that accepts every export),
 open-loop rate each; p50/p95 and the ratio on/off, and the exports the sink received (the
 proof the spans left the server).
 
-Run: ``python -m bench.tracing --chunks 20000 --rate 20 --duration 15``.
+Run: ``python -m bench.tracing --chunks 20000 --rate 20 --duration 15``; with ``--paired 80``,
+instead, one traced server per export variant (in-process, child process) and the server's CPU
+per request of sampled against unsampled blocks of sequential requests, paired within the
+process (``--pairs``).
 
 Uses ``bench.retrieve``'s synthetic catalog, index and server; the load generator and the sink
 share the machine with the server, so their CPU counts against the latencies.
@@ -14,12 +17,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
@@ -76,7 +82,86 @@ def _args() -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="an extra variable of the traced server (e.g. OTEL_BSP_MAX_EXPORT_BATCH_SIZE=64), repeatable",
     )
+    p.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="BLOCK",
+        help="instead of the open loop: one traced server per export variant (in-process, child), "
+        "blocks of BLOCK sequential retrieves alternating sampled and unsampled (the traceparent "
+        "flag); the server's CPU per request, paired per block (immune to start-to-start drift)",
+    )
+    p.add_argument("--pairs", type=int, default=8, help="sampled/unsampled block pairs of --paired")
     return p.parse_args()
+
+
+def _send(client: httpx.Client, query: str, sampled: bool) -> float:
+    """One retrieve as a new trace, sampled or not by its ``traceparent`` flag; its latency in ms."""
+    traceparent = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-{'01' if sampled else '00'}"
+    body = {"query": query, "top_k": 8, "mode": "hybrid", "rerank": False}
+    started = time.perf_counter()
+    client.post("/v1/retrieve", json=body, headers={"traceparent": traceparent}).raise_for_status()
+    return (time.perf_counter() - started) * 1000
+
+
+def _paired(
+    args: argparse.Namespace, url: str, token: str, queries: list[str], tmp: Path, endpoint: str
+) -> None:
+    """Per export variant, one server; sampled and unsampled blocks alternate (the order flips
+    each pair), and each block's server CPU is read from the process's own counters after a
+    pause that lets its spans leave. An unsampled request makes no recording span, as with
+    tracing off, so a pair's difference is what tracing costs a request in that process."""
+    common = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "500"}
+    variants = {
+        "in-process": {**common, "RAGLINE_TRACING__EXPORT_PROCESS": "false"},
+        "child": common,
+    }
+    rows = []
+    for name, env in variants.items():
+        with server(url, tmp, env_extra=env) as (base, pid):
+            client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            sequence = iter(range(10**9))
+
+            def send(sampled: bool, client: httpx.Client = client, sequence: Any = sequence) -> float:
+                return _send(client, queries[next(sequence) % len(queries)], sampled)
+
+            for i in range(100):  # warm-up, both kinds
+                send(i % 2 == 0)
+            cpu: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+            latency: dict[bool, list[float]] = {True: [], False: []}
+            for pair in range(args.pairs):
+                for sampled in (True, False) if pair % 2 == 0 else (False, True):
+                    own0, all0 = _cpu_seconds(pid, children=False), _cpu_seconds(pid)
+                    latency[sampled] += [send(sampled) for _ in range(args.paired)]
+                    time.sleep(0.6)  # the block's last batch leaves (schedule delay 0.5 s)
+                    own1, all1 = _cpu_seconds(pid, children=False), _cpu_seconds(pid)
+                    cpu[sampled].append(
+                        (
+                            (own1 - own0) * 1000 / args.paired,
+                            ((all1 - all0) - (own1 - own0)) * 1000 / args.paired,
+                        )
+                    )
+            client.close()
+            diffs = [on[0] - off[0] for on, off in zip(cpu[True], cpu[False], strict=True)]
+            med = statistics.median
+            rows.append(
+                [
+                    name,
+                    f"{med(c[0] for c in cpu[True]):.2f} / {med(c[0] for c in cpu[False]):.2f}",
+                    f"{med(diffs):+.2f} ({min(diffs):+.2f} to {max(diffs):+.2f})",
+                    f"{med(c[1] for c in cpu[True]):.2f}",
+                    f"{med(latency[True]):.1f} / {med(latency[False]):.1f}",
+                ]
+            )
+    print(
+        f"\nsequential retrieves, hybrid, {args.chunks:,} chunks,"
+        f" {args.pairs} pairs of {args.paired}-request blocks"
+    )
+    print_table(
+        ["export", "server CPU ms/req sampled / unsampled", "paired diff, median (range)", "child CPU ms/req",
+         "p50 ms sampled / unsampled"],
+        rows,
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -92,6 +177,10 @@ def main() -> None:
         live_catalog(Path(tmp_s), args.chunks, queries=20_000) as (url, token, queries),
     ):
         tmp = Path(tmp_s)
+        if args.paired:
+            _paired(args, url, token, list(queries), tmp, endpoint)
+            sink.terminate()
+            return
         request = retrieve_requests(queries, token, top_k=8, mode="hybrid", rerank=False)
         load = LoadConfig(rate=args.rate, duration_s=args.duration, warmup_s=args.warmup, seed=3)
         runs: list[tuple[str, int, LoadResult]] = []
