@@ -145,25 +145,21 @@ class ProcessSpanProcessor(SpanProcessor):
         return
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._closed or not span.context.trace_flags.sampled:
-            return
-        queue = self._queue
-        if len(queue) >= self._max_queue:
-            self.dropped += 1
-            return
-        queue.append(span)
-        if len(queue) >= self._max_batch:
-            self._wake.set()
+        if span.context.trace_flags.sampled:
+            self._enqueue(span)
 
     def on_end_row(self, row: tuple[Any, ...]) -> None:
         """``on_end`` for a span already made a row (``finished_row``)."""
+        self._enqueue(row)
+
+    def _enqueue(self, item: ReadableSpan | tuple[Any, ...]) -> None:
         queue = self._queue
         if self._closed:
             return
         if len(queue) >= self._max_queue:
             self.dropped += 1
             return
-        queue.append(row)
+        queue.append(item)
         if len(queue) >= self._max_batch:
             self._wake.set()
 

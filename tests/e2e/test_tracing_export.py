@@ -5,18 +5,16 @@ in any attribute, and the child ends with the server, even when the server is ki
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from testkit.otlp import OtlpSink
 from testkit.server import JOB_TIMEOUT_S, ServerProcess, auth, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -25,32 +23,16 @@ QUERY = "rotate vault signing ninety"
 STAGES = {"acl_filter", "embed", "lexical", "dense", "fusion", "fetch", "packing"}
 
 
-class _Sink(BaseHTTPRequestHandler):
-    spans: list[Span] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (the http.server hook's name)
-        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
-        for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
-            for ss in rs.scope_spans:
-                type(self).spans.extend(ss.spans)
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        return
+@pytest.fixture
+def sink() -> Iterator[OtlpSink]:
+    with OtlpSink() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
-def traced_server(db_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
-    _Sink.spans = []
-    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
+def traced_server(db_url: str, tmp_path: Path, sink: OtlpSink) -> Iterator[ServerProcess]:
     env = server_env(
-        db_url,
-        tmp_path / "data",
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.server_address[1]}",
-        OTEL_BSP_SCHEDULE_DELAY="100",
+        db_url, tmp_path / "data", OTEL_EXPORTER_OTLP_ENDPOINT=sink.url, OTEL_BSP_SCHEDULE_DELAY="100"
     )
     srv = ServerProcess(env, tmp_path / "server.log")
     try:
@@ -58,14 +40,15 @@ def traced_server(db_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.kill()
-        sink.shutdown()
 
 
 def _exporter_children(pid: int) -> list[psutil.Process]:
     return [p for p in psutil.Process(pid).children(recursive=True) if "core.span_export" in p.cmdline()]
 
 
-def test_a_retrieve_trace_leaves_through_the_export_process(traced_server: ServerProcess) -> None:
+def test_a_retrieve_trace_leaves_through_the_export_process(
+    traced_server: ServerProcess, sink: OtlpSink
+) -> None:
     srv = traced_server
     assert srv.proc is not None
     children = _exporter_children(srv.proc.pid)
@@ -92,12 +75,12 @@ def test_a_retrieve_trace_leaves_through_the_export_process(traced_server: Serve
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        roots = [s for s in _Sink.spans if s.name == "POST /v1/retrieve"]
+        roots = [s for s in sink.spans if s.name == "POST /v1/retrieve"]
         if roots:  # the server span ends last: its children were queued before it
             break
         time.sleep(0.2)
-    assert roots, sorted({s.name for s in _Sink.spans})
-    trace = [s for s in _Sink.spans if s.trace_id == roots[0].trace_id]
+    assert roots, sorted({s.name for s in sink.spans})
+    trace = [s for s in sink.spans if s.trace_id == roots[0].trace_id]
     by_id = {s.span_id: s for s in trace}
     (root,) = [s for s in trace if not s.parent_span_id]
     assert root.name == "POST /v1/retrieve" and root.kind == Span.SpanKind.SPAN_KIND_SERVER

@@ -6,23 +6,20 @@ attribute."""
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import psycopg
 import pytest
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import TracerProvider
 
 from authz.acl import AclFilter
 from catalog import changes as changes_repo
 from core.settings import Settings
 from jobs.shard_servers import ShardFanout, ShardQuery, start_shard_servers
+from testkit.otlp import OtlpSink
 from tests.integration.jobs.test_shard_servers import N_SERVERS, corpus  # noqa: F401 (the fixture)
 from wiring.search import shard_server_config
 
@@ -31,30 +28,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 QUERY = "signing vault payroll"
 
 
-class _Sink(BaseHTTPRequestHandler):
-    spans: list[Span] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (the http.server hook's name)
-        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
-        req = ExportTraceServiceRequest.FromString(body)
-        for rs in req.resource_spans:
-            for ss in rs.scope_spans:
-                type(self).spans.extend(ss.spans)
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        return
-
-
 @pytest.fixture
-def sink() -> Iterator[str]:
-    _Sink.spans = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+def sink() -> Iterator[OtlpSink]:
+    with OtlpSink() as endpoint:
+        yield endpoint
 
 
 def test_shard_servers_continue_the_callers_trace(
@@ -62,7 +39,7 @@ def test_shard_servers_continue_the_callers_trace(
     db_url: str,
     ray_local: None,
     embedder,
-    sink: str,
+    sink: OtlpSink,
 ) -> None:
     import ray
 
@@ -71,7 +48,7 @@ def test_shard_servers_continue_the_callers_trace(
     settings = Settings(tracing={"enabled": True})
     config = dataclasses.replace(
         shard_server_config(settings, db_url, dim=embedder.dim),
-        trace_env=(("OTEL_EXPORTER_OTLP_ENDPOINT", sink), ("OTEL_BSP_SCHEDULE_DELAY", "100")),
+        trace_env=(("OTEL_EXPORTER_OTLP_ENDPOINT", sink.url), ("OTEL_BSP_SCHEDULE_DELAY", "100")),
     )
     assert config.tracing
     servers = start_shard_servers(config, n_servers=N_SERVERS)
@@ -89,21 +66,21 @@ def test_shard_servers_continue_the_callers_trace(
         ctx = caller.get_span_context()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            shard_spans = [s for s in _Sink.spans if s.name == "shard.search"]
+            shard_spans = [s for s in sink.spans if s.name == "shard.search"]
             if len(shard_spans) >= N_SERVERS:
                 break
             time.sleep(0.2)
-        assert len(shard_spans) == N_SERVERS, [s.name for s in _Sink.spans]
+        assert len(shard_spans) == N_SERVERS, [s.name for s in sink.spans]
         for s in shard_spans:
             assert s.trace_id == ctx.trace_id.to_bytes(16, "big")
             assert s.parent_span_id == ctx.span_id.to_bytes(8, "big")
         time.sleep(0.5)  # the stage spans end before their parent: already exported with it
         ids = {s.span_id for s in shard_spans}
-        stages = [s for s in _Sink.spans if s.name.startswith("retrieve.")]
+        stages = [s for s in sink.spans if s.name.startswith("retrieve.")]
         assert {s.name for s in stages} >= {"retrieve.dense", "retrieve.lexical"}
         assert all(s.parent_span_id in ids for s in stages)
-        assert {s.trace_id for s in _Sink.spans} == {ctx.trace_id.to_bytes(16, "big")}  # untraced: none
-        text = str([list(s.attributes) for s in _Sink.spans]).lower()
+        assert {s.trace_id for s in sink.spans} == {ctx.trace_id.to_bytes(16, "big")}  # untraced: none
+        text = str([list(s.attributes) for s in sink.spans]).lower()
         for word in QUERY.split():
             assert word not in text
         assert "user:ann" not in text

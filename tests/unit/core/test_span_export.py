@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -23,31 +19,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
 from core.span_export import ProcessSpanProcessor, finished_row
-
-
-class _Sink(BaseHTTPRequestHandler):
-    requests: list[ExportTraceServiceRequest] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (the http.server hook's name)
-        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
-        type(self).requests.append(ExportTraceServiceRequest.FromString(body))
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        return
+from testkit.otlp import OtlpSink
 
 
 @pytest.fixture
-def sink(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServiceRequest]]:
-    _Sink.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-    yield _Sink.requests
-    server.shutdown()
+def sink(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpSink]:
+    with OtlpSink() as endpoint:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.url)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+        yield endpoint
 
 
 RESOURCE = Resource.create({"service.name": "ragline-test", "deployment.environment": "ci"})
@@ -62,11 +42,7 @@ def _provider(processor: ProcessSpanProcessor) -> tuple[TracerProvider, InMemory
     return provider, memory
 
 
-def _spans(requests: list[ExportTraceServiceRequest]) -> list[ResourceSpans]:
-    return [rs for req in requests for rs in req.resource_spans]
-
-
-def test_the_child_exports_the_spans_the_sdk_would_encode(sink: list[ExportTraceServiceRequest]) -> None:
+def test_the_child_exports_the_spans_the_sdk_would_encode(sink: OtlpSink) -> None:
     processor = ProcessSpanProcessor(RESOURCE)
     provider, memory = _provider(processor)
     tracer = provider.get_tracer("ragline", "1.2.3")
@@ -86,7 +62,7 @@ def test_the_child_exports_the_spans_the_sdk_would_encode(sink: list[ExportTrace
         assert processor.force_flush(10_000)
     finally:
         provider.shutdown()
-    got = _spans(sink)
+    got = sink.resource_spans
     assert got, "nothing reached the endpoint"
     resource = {kv.key: kv.value.string_value for kv in got[0].resource.attributes}
     assert resource.items() >= {"service.name": "ragline-test", "deployment.environment": "ci"}.items()
@@ -105,9 +81,7 @@ def test_the_child_exports_the_spans_the_sdk_would_encode(sink: list[ExportTrace
     assert fetch.status.code == StatusCode.ERROR.value and [e.name for e in fetch.events] == ["exception"]
 
 
-def test_a_full_queue_drops_spans_and_never_blocks(
-    sink: list[ExportTraceServiceRequest], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_full_queue_drops_spans_and_never_blocks(sink: OtlpSink, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")  # the sender sleeps through the test
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "5")
     processor = ProcessSpanProcessor(RESOURCE)
@@ -120,11 +94,11 @@ def test_a_full_queue_drops_spans_and_never_blocks(
         assert processor.force_flush(10_000)
     finally:
         provider.shutdown()
-    names = sorted(s.name for rs in _spans(sink) for ss in rs.scope_spans for s in ss.spans)
+    names = sorted(s.name for s in sink.spans)
     assert names == [f"s{i}" for i in range(5)]
 
 
-def test_a_dead_child_costs_the_caller_nothing(sink: list[ExportTraceServiceRequest]) -> None:
+def test_a_dead_child_costs_the_caller_nothing(sink: OtlpSink) -> None:
     processor = ProcessSpanProcessor(RESOURCE)
     provider, memory = _provider(processor)
     tracer = provider.get_tracer("ragline")
@@ -139,11 +113,11 @@ def test_a_dead_child_costs_the_caller_nothing(sink: list[ExportTraceServiceRequ
     finally:
         provider.shutdown()
     assert len(memory.get_finished_spans()) == 50  # the other processors kept working
-    assert not _spans(sink)
+    assert not sink.spans
 
 
 def test_shutdown_exports_what_is_left_and_ends_the_child(
-    sink: list[ExportTraceServiceRequest], monkeypatch: pytest.MonkeyPatch
+    sink: OtlpSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
     processor = ProcessSpanProcessor(RESOURCE)
@@ -151,11 +125,11 @@ def test_shutdown_exports_what_is_left_and_ends_the_child(
     provider.get_tracer("ragline").start_span("last").end()
     provider.shutdown()
     assert processor._child.poll() == 0
-    assert [s.name for rs in _spans(sink) for ss in rs.scope_spans for s in ss.spans] == ["last"]
+    assert [s.name for s in sink.spans] == ["last"]
 
 
 def test_a_finished_row_exports_as_the_sdk_span_of_the_same_stage(
-    sink: list[ExportTraceServiceRequest],
+    sink: OtlpSink,
 ) -> None:
     processor = ProcessSpanProcessor(RESOURCE)
     provider, _ = _provider(processor)
@@ -172,7 +146,5 @@ def test_a_finished_row_exports_as_the_sdk_span_of_the_same_stage(
         assert processor.force_flush(10_000)
     finally:
         provider.shutdown()
-    dense = [
-        s for rs in _spans(sink) for ss in rs.scope_spans for s in ss.spans if s.name == "retrieve.dense"
-    ]
+    dense = [s for s in sink.spans if s.name == "retrieve.dense"]
     assert len(dense) == 2 and dense[0] == dense[1]
