@@ -38,6 +38,9 @@ def client(db_url: str, tmp_path: Path, embedder, ray_local: None) -> Iterator[T
         # Two readers keep both cores busy: under SCHED_IDLE (the default) the backfill would
         # wait for idle cycles; this test is about dual writes, so it keeps a nice share.
         reembed={"batch_chunks": 4, "actors": 1, "priority": "nice"},
+        # The subject is dual writes, not deadlines: a slow machine's push under the backfill
+        # took past the default 10 s (503 deadline_exceeded, CI on 2026-12-02).
+        api={"request_timeout_ms": 60_000},
     )
     hooks: list[ServiceHook] = [
         partial(ingest_hook, embedder=embedder),
