@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import marshal
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -151,6 +152,15 @@ class ProcessSpanProcessor(SpanProcessor):
     def on_end_row(self, row: tuple[Any, ...]) -> None:
         """``on_end`` for a span already made a row (``finished_row``)."""
         self._enqueue(row)
+
+    def finished(
+        self, name: str, parent: SpanContext, start_ns: int, end_ns: int, attributes: dict[str, Any]
+    ) -> None:
+        """A finished child span of ``parent`` (a stage, a batch), queued as a row with a new
+        span id; nothing when the parent is not sampled (the SDK would not export it either)."""
+        if parent.trace_flags.sampled:
+            span_id = random.getrandbits(64) or 1
+            self._enqueue(finished_row(name, parent, span_id, start_ns, end_ns, attributes))
 
     def _enqueue(self, item: ReadableSpan | tuple[Any, ...]) -> None:
         queue = self._queue

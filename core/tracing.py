@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -67,19 +66,10 @@ def stage_span(stage: str, started: float, **attributes: AttributeValue) -> None
     start_ns = end_ns - int((time.perf_counter() - started) * 1e9)
     attrs = {"ragline.stage": stage, **attributes}
     if _rows is not None:
-        _finished(f"retrieve.{stage}", trace.get_current_span().get_span_context(), start_ns, end_ns, attrs)
+        parent = trace.get_current_span().get_span_context()
+        _rows.finished(f"retrieve.{stage}", parent, start_ns, end_ns, attrs)
         return
     _tracer.start_span(f"retrieve.{stage}", start_time=start_ns, attributes=attrs).end(end_time=end_ns)
-
-
-def _finished(
-    name: str, parent: trace.SpanContext, start_ns: int, end_ns: int, attributes: dict[str, Any]
-) -> None:
-    from core.span_export import finished_row
-
-    if not parent.trace_flags.sampled:
-        return  # recorded, not sampled: the SDK's processors would not export it either
-    _rows.on_end_row(finished_row(name, parent, random.getrandbits(64) or 1, start_ns, end_ns, attributes))
 
 
 def waiting_context() -> context.Context | None:
@@ -97,7 +87,7 @@ def batch_spans(
     for parent in parents:
         if _rows is not None:
             parent_span = trace.get_current_span(parent).get_span_context()
-            _finished(name, parent_span, start_ns, end_ns, dict(attributes))
+            _rows.finished(name, parent_span, start_ns, end_ns, dict(attributes))
             continue
         batch = _tracer.start_span(name, context=parent, start_time=start_ns, attributes=attributes)
         batch.end(end_time=end_ns)

@@ -16,7 +16,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanKind, StatusCode
+from opentelemetry.trace import Link, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from core.span_export import ProcessSpanProcessor, finished_row
 from testkit.otlp import OtlpSink
@@ -143,8 +143,13 @@ def test_a_finished_row_exports_as_the_sdk_span_of_the_same_stage(
             processor.on_end_row(
                 finished_row("retrieve.dense", parent.get_span_context(), span_id, 1_000, 2_500, attrs)
             )
+            unsampled = SpanContext(parent.get_span_context().trace_id, 7, False, TraceFlags(0))
+            processor.finished("retrieve.unsampled", unsampled, 1_000, 2_500, attrs)
+            processor.finished("retrieve.sampled", parent.get_span_context(), 1_000, 2_500, attrs)
         assert processor.force_flush(10_000)
     finally:
         provider.shutdown()
     dense = [s for s in sink.spans if s.name == "retrieve.dense"]
     assert len(dense) == 2 and dense[0] == dense[1]
+    names = [s.name for s in sink.spans]
+    assert "retrieve.sampled" in names and "retrieve.unsampled" not in names
