@@ -1,6 +1,7 @@
 """Retrieval latency under open-loop load, through the real HTTP server.
 
-Run: ``python -m bench.retrieve --chunks 100000 --rates 5,10,20 --duration 20``.
+Run: ``python -m bench.retrieve --chunks 100000 --rates 5,10,20 --duration 20``; with
+``--query-precisions fp32,int8`` one server per query encoder precision, in turn, same corpus.
 
 Goal (from the issue): p95 <= 50 ms at 20 requests/s on 2 CPU cores, hybrid without rerank,
 over >= 100k chunks. Steps:
@@ -42,7 +43,7 @@ import numpy as np
 import psycopg
 
 from bench.http import Reply
-from bench.load import LoadConfig, RequestSpec, print_results, run_rates
+from bench.load import LoadConfig, LoadResult, RequestSpec, print_results, run_rates
 from catalog import indexes as indexes_repo
 from catalog.bulk import BulkChunk, BulkDocument, bulk_load
 from catalog.changes import current_position
@@ -357,6 +358,12 @@ def _args() -> argparse.Namespace:
         help="with --cold: N sequential requests per phase instead of the load windows",
     )
     p.add_argument(
+        "--query-precisions",
+        default="fp32",
+        help="comma-separated RAGLINE_EMBEDDING_QUERY_PRECISION values, one server each in turn"
+        " (fp32,int8: the int8 query encoder against fp32 in the same run)",
+    )
+    p.add_argument(
         "--state-dir",
         type=Path,
         help="keep the catalog and index here and reuse them on the next run with the same"
@@ -409,46 +416,66 @@ def main() -> None:
         expected = sum(rate * (args.duration + args.warmup) for rate in rates)
         queries = query_texts(corpus, int(expected * 1.5) + 500, seed=args.seed + 1)
         del corpus  # the server needs the memory more than we do
-        t = time.perf_counter()
         rerank = (
             {"model": str(args.rerank_model), "candidates": str(args.rerank_candidates), "budget_ms": "60000"}
             if args.rerank_model
             else None
         )
-        with server(url, tmp, args.workers, rerank) as (base, pid):
-            print(f"server ready in {time.perf_counter() - t:.1f}s")
-            request = retrieve_requests(
-                queries, token, top_k=args.top_k, mode="hybrid", rerank=rerank is not None
-            )
-
-            _check(base, request(0))
-            configs = [
-                LoadConfig(
-                    rate=r,
-                    duration_s=args.duration,
-                    warmup_s=args.warmup,
-                    timeout_s=args.timeout,
-                    latency_target_ms=args.target_ms,
-                    arrival=args.arrival,
-                    seed=args.seed + i,
-                )  # fmt: skip
-                for i, r in enumerate(rates)
-            ]
-            counters = {
-                "server CPU ms": lambda: _cpu_seconds(pid) * 1000,
-                "load generator CPU ms": lambda: _cpu_seconds(os.getpid(), children=False) * 1000,
-            }
-            results = asyncio.run(
-                run_rates(base, request, configs, server_timings=server_timings, counters=counters)
-            )
-            probe = _probe(base, request, 30)
+        runs = []
+        for precision in args.query_precisions.split(","):
+            extra = {"RAGLINE_EMBEDDING_QUERY_PRECISION": precision}
+            runs.append((precision, *_measure(args, url, tmp, queries, token, rerank, rates, extra)))
     mode = f"rerank of the top {args.rerank_candidates}" if rerank else "no rerank"
     print(
         f"\nhybrid, {mode}, top_k={args.top_k}, {args.chunks:,} chunks, {args.arrival} arrivals, "
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per rate, {os.cpu_count()} CPUs"
     )
-    print_results(results)
-    print("\nsequential probe after the load (30 requests, medians): " + probe)
+    for precision, results, probe in runs:
+        print(f"\nquery encoder {precision}:")
+        print_results(results)
+        print("sequential probe after the load (30 requests, medians): " + probe)
+
+
+def _measure(
+    args: argparse.Namespace,
+    url: str,
+    tmp: Path,
+    queries: Sequence[str],
+    token: str,
+    rerank: dict[str, str] | None,
+    rates: Sequence[float],
+    extra: dict[str, str],
+) -> tuple[list[LoadResult], str]:
+    """One server with ``extra`` settings, every rate, then the sequential probe."""
+    t = time.perf_counter()
+    with server(url, tmp, args.workers, rerank, env_extra=extra) as (base, pid):
+        print(f"server ready in {time.perf_counter() - t:.1f}s ({extra})")
+        request = retrieve_requests(
+            queries, token, top_k=args.top_k, mode="hybrid", rerank=rerank is not None
+        )
+
+        _check(base, request(0))
+        configs = [
+            LoadConfig(
+                rate=r,
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                timeout_s=args.timeout,
+                latency_target_ms=args.target_ms,
+                arrival=args.arrival,
+                seed=args.seed + i,
+            )  # fmt: skip
+            for i, r in enumerate(rates)
+        ]
+        counters = {
+            "server CPU ms": lambda: _cpu_seconds(pid) * 1000,
+            "load generator CPU ms": lambda: _cpu_seconds(os.getpid(), children=False) * 1000,
+        }
+        results = asyncio.run(
+            run_rates(base, request, configs, server_timings=server_timings, counters=counters)
+        )
+        probe = _probe(base, request, 30)
+    return results, probe
 
 
 def _cold(args: argparse.Namespace, tmp: Path, corpus: Corpus, token: str, rate: float) -> None:

@@ -368,6 +368,9 @@ class Settings(BaseSettings):
     embedding_device: Literal["auto", "cpu", "cuda"] = "auto"
     embedding_backend: Literal["auto", "torch", "onnx"] = "auto"
     embedding_threads: int | None = Field(1, ge=1, le=256)
+    # The query encoder's weights: int8 is a dynamically quantised copy of the ONNX export
+    # (CPU, onnx backend), admitted by ``bench.query_precision``'s nDCG check; passages stay fp32.
+    embedding_query_precision: Literal["fp32", "int8"] = "fp32"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     api: ApiSettings = ApiSettings()
     ingest: IngestSettings = IngestSettings()

@@ -17,19 +17,29 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from core.backends import Backend, pick_backend, resolve_backend, resolve_device
 from core.errors import ConfigError
 from core.onnx_runtime import cpu_session
-from index.onnx_export import INSTALL_HINT, ensure_export, onnx_cache_dir, pool
+from index.onnx_export import (
+    INSTALL_HINT,
+    ensure_export,
+    ensure_int8_export,
+    int8_cache_dir,
+    onnx_cache_dir,
+    pool,
+)
 from index.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
 BUNDLED_PREFIX = "bundled:"
+# A model's weights as its encoder runs them: int8 (dynamic quantisation) only on ONNX, for queries.
+Precision = Literal["fp32", "int8"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 
 
 class Embedder(Protocol):
@@ -100,9 +110,20 @@ class SentenceTransformerEmbedder:
 
     @classmethod
     def load(
-        cls, model_name: str, *, device: str, batch_size: int, onnx_dir: Path | None, threads: int | None
+        cls,
+        model_name: str,
+        *,
+        device: str,
+        batch_size: int,
+        onnx_dir: Path | None,
+        threads: int | None,
+        precision: Precision = "fp32",
     ) -> SentenceTransformerEmbedder:
-        """What ``load_embedder`` calls; ``onnx_dir`` is unused."""
+        """What ``load_embedder`` calls; ``onnx_dir`` is unused; ConfigError for int8."""
+        if precision != "fp32":
+            raise ConfigError(
+                f"{precision} weights need the onnx embedding backend (RAGLINE_EMBEDDING_BACKEND=onnx)"
+            )
         return cls(model_name, device=device, batch_size=batch_size, threads=threads)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -132,6 +153,10 @@ class OnnxEmbedder:
     The export is made from the local model files on first use and reused after (see
     ``index.onnx_export``). ``run`` of an onnxruntime session is thread-safe; the Rust
     tokenizer is not ("Already borrowed"), so only tokenisation is serialised.
+
+    ``precision="int8"`` runs a dynamically quantised copy of that export (made once beside
+    it, see ``index.onnx_export.ensure_int8_export``): for query encoding only, since the
+    passages it is compared with stay fp32.
     """
 
     def __init__(
@@ -141,8 +166,11 @@ class OnnxEmbedder:
         onnx_dir: Path,
         batch_size: int = 32,
         threads: int | None = None,
+        precision: Precision = "fp32",
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        if precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {precision!r}; choose from {list(PRECISIONS)}")
         try:
             import onnxruntime  # noqa: F401  (imported here for a clear install hint)
             from transformers import AutoTokenizer
@@ -150,7 +178,10 @@ class OnnxEmbedder:
             raise ConfigError(INSTALL_HINT) from exc
         self.model_name = model_name
         self.device = "cpu"
+        self.precision = precision
         self.export = ensure_export(resolve_model_path(model_name), onnx_dir)
+        if precision == "int8":
+            self.export = ensure_int8_export(self.export, int8_cache_dir(onnx_dir))
         self.dim = self.export.dim
         self.max_tokens = self.export.max_seq_length
         self._session = cpu_session(self.export.model_file, threads=threads or min(2, os.cpu_count() or 1))
@@ -158,18 +189,31 @@ class OnnxEmbedder:
         self._counter = TokenCounter(self._tokenizer)
         self._batch_size = batch_size
         self._lock = threading.Lock()
-        log.info("loaded ONNX embedding model %s (dim %d) from %s", model_name, self.dim, onnx_dir)
+        log.info(
+            "loaded ONNX embedding model %s (dim %d, %s) from %s",
+            model_name,
+            self.dim,
+            precision,
+            self.export.path,
+        )
 
     @classmethod
     def load(
-        cls, model_name: str, *, device: str, batch_size: int, onnx_dir: Path | None, threads: int | None
+        cls,
+        model_name: str,
+        *,
+        device: str,
+        batch_size: int,
+        onnx_dir: Path | None,
+        threads: int | None,
+        precision: Precision = "fp32",
     ) -> OnnxEmbedder:
         """What ``load_embedder`` calls; ConfigError without ``onnx_dir``, CPU whatever ``device``."""
         if onnx_dir is None:
             raise ConfigError("the onnx embedding backend needs onnx_dir, e.g. <data_dir>/models/<name>-onnx")
         if resolve_device(device) != "cpu":
             log.warning("the onnx embedding backend runs on CPU; device %r ignored", device)
-        return cls(model_name, onnx_dir=onnx_dir, batch_size=batch_size, threads=threads)
+        return cls(model_name, onnx_dir=onnx_dir, batch_size=batch_size, threads=threads, precision=precision)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -217,6 +261,7 @@ def load_embedder(
     backend: Backend = "torch",
     onnx_dir: Path | None = None,
     threads: int | None = None,
+    precision: Precision = "fp32",
 ) -> Embedder:
     """An embedder for ``model_name`` on the chosen backend.
 
@@ -228,10 +273,16 @@ def load_embedder(
         onnx_dir: export folder for the ONNX backend, e.g.
             ``onnx_cache_dir(settings.data_dir, model_name)``; made on first use.
         threads: intra-op threads (torch's process-wide setting; the ONNX session's own).
+        precision: ``fp32``, or ``int8`` (ONNX only; a query encoder: ConfigError on torch).
     """
     embedder_type = pick_backend(EMBEDDERS, backend, kind="embedding")
     return embedder_type.load(
-        model_name, device=device, batch_size=batch_size, onnx_dir=onnx_dir, threads=threads
+        model_name,
+        device=device,
+        batch_size=batch_size,
+        onnx_dir=onnx_dir,
+        threads=threads,
+        precision=precision,
     )
 
 
@@ -241,6 +292,7 @@ class EmbeddingSpec:
 
     ``backend="auto"`` picks ONNX on CPU when the ``onnx`` extra is installed (identical
     vectors, ~3x faster single queries measured here) and PyTorch otherwise or on GPU.
+    ``precision="int8"`` (a query encoder's) needs the ONNX backend and never falls back.
     """
 
     model_name: str
@@ -249,6 +301,7 @@ class EmbeddingSpec:
     onnx_dir: Path | None
     threads: int | None
     batch_size: int
+    precision: Precision = "fp32"
 
     def resolved_backend(self) -> Backend:
         return resolve_backend(self.backend, device=self.device, cache_dir=self.onnx_dir, kind="embedding")
@@ -271,9 +324,11 @@ class EmbeddingSpec:
                 backend=backend,
                 onnx_dir=self.onnx_dir,
                 threads=self.threads,
+                precision=self.precision,
             )
         except Exception:  # an export can fail in many ways; "auto" means "PyTorch will do"
-            if backend != "onnx" or self.backend == "onnx":
+            # int8 was asked for: PyTorch's fp32 would silently not be what was configured.
+            if backend != "onnx" or self.backend == "onnx" or self.precision != "fp32":
                 raise
             log.warning("ONNX embedding backend unavailable; using PyTorch", exc_info=True)
             return load_embedder(

@@ -92,6 +92,8 @@ class ReembedConfig:
     actor: str  # who started it (audit: and who forced it)
     lease_seconds: float  # a migration silent this long (its process died) may be taken over
     via: str = "cli"  # the path that started or runs it (audit: api, cli, scheduler)
+    # The serving query encoder's weights; the gate's searches (both versions) embed at it.
+    query_precision: str = "fp32"
 
 
 class Cancelled(Exception):
@@ -201,6 +203,7 @@ def _run_gate(
     result: dict[str, Any] = {
         "target_version": target_id,
         "live_version": live.version_id if live else None,
+        "query_precision": config.query_precision,
         "completeness": gate.completeness(conn, target, live_chunks=live_chunks),
         "index_quality": gate.index_recall(
             target, sample=config.gate.recall_sample, floor=config.gate.recall_floor

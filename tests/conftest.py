@@ -82,6 +82,15 @@ def embedder():
 
 
 @pytest.fixture(scope="session")
+def onnx_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data dir's ``models/`` folder shared by the tests that run the ONNX exports (the fp32
+    export takes ~30 s and its int8 copy a few more, so each is made once per session)."""
+    models = tmp_path_factory.mktemp("onnx-data") / "models"
+    models.mkdir()
+    return models
+
+
+@pytest.fixture(scope="session")
 def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One local Ray for the whole session (ray.init costs ~5 s and ~0.6 GiB)."""
     import ray

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from core.settings import Settings
 from index.embedder import EmbeddingSpec
 from index.onnx_export import onnx_cache_dir
@@ -17,3 +19,8 @@ def embedding_spec(settings: Settings, *, batch_size: int | None = None) -> Embe
         threads=settings.embedding_threads,
         batch_size=batch_size or settings.ingest.embed_batch_size,
     )
+
+
+def query_embedding_spec(settings: Settings) -> EmbeddingSpec:
+    """How a serving node loads its query encoder: the serving spec at the query precision."""
+    return replace(embedding_spec(settings, batch_size=32), precision=settings.embedding_query_precision)

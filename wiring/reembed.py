@@ -23,7 +23,7 @@ from jobs.reembed_job import ReembedArgs, ReembedConfig
 from retrieve.service import SearchService
 from services.migration import start_reembed
 from services.schedules import ScheduleRunner
-from wiring.embedding import embedding_spec
+from wiring.embedding import embedding_spec, query_embedding_spec
 from wiring.index import LIVE_ALIAS, rebuild_config
 from wiring.ingest import chunking_config
 from wiring.search import build_search_service
@@ -60,7 +60,8 @@ def version_search_opener(settings: Settings, url: str) -> SearchOpener:
             indexes_repo.swap_alias(conn, alias=alias, version_id=version_id)
         pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
         try:
-            embedder = embedding_spec(settings, batch_size=32).for_model(row.embedding_model).load()
+            # At the serving query precision: the gate measures what the swap would serve.
+            embedder = query_embedding_spec(settings).for_model(row.embedding_model).load()
             service, close = build_search_service(settings, pool, embedder, alias=alias, watch=False)
             try:
                 yield service
@@ -112,6 +113,7 @@ def reembed_config(
         open_search=version_search_opener(settings, url),
         alias=LIVE_ALIAS,
         live_model=settings.embedding_model,
+        query_precision=settings.embedding_query_precision,
         batch_chunks=r.batch_chunks,
         actors=r.actors,
         priority=r.priority,

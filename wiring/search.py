@@ -23,7 +23,7 @@ from retrieve.query_embedding import QueryEmbedders
 from retrieve.service import FusionConfig, RerankConfig, SearchConfig, SearchService
 from retrieve.serving import ServingState
 from retrieve.watcher import IndexWatcher
-from wiring.embedding import embedding_spec
+from wiring.embedding import query_embedding_spec
 from wiring.index import lexical_tokenizer
 from wiring.tracing import trace_env, tracing_enabled
 
@@ -39,10 +39,17 @@ def build_search_service(
     watch: bool = True,
     read_pool: ConnectionPool | None = None,
 ) -> tuple[SearchService, Callable[[], None]]:
-    """The started search service and its closer; ``embedder`` reuses a loaded model."""
-    embedder = embedder or embedding_spec(settings, batch_size=32).load()
+    """The started search service and its closer; ``embedder`` reuses a loaded model.
+
+    At ``embedding_query_precision=int8`` the queries get their own int8 encoder of the same
+    model (``embedder``, fp32, keeps embedding passages wherever the caller uses it).
+    """
+    spec = query_embedding_spec(settings)
+    if embedder is None:
+        embedder = spec.load()
+    elif getattr(embedder, "precision", "fp32") != spec.precision:
+        embedder = spec.for_model(embedder.model_name).load()
     r, ix = settings.retrieve, settings.index
-    spec = embedding_spec(settings, batch_size=32)
     query_embedders = QueryEmbedders(
         embedder,
         lambda model: spec.for_model(model).load(),

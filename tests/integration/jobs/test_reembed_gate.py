@@ -89,24 +89,40 @@ def _titled_docs(url: str, data_dir: Path, embedder, tenant: str) -> None:
     assert runner.run_job(job) == "succeeded"
 
 
-@pytest.mark.parametrize(("variant", "outcome"), [("random", "failed"), ("cls", "succeeded")])
+@pytest.mark.parametrize(
+    ("variant", "outcome", "precision"),
+    [("random", "failed", "fp32"), ("cls", "succeeded", "fp32"), ("cls", "succeeded", "int8")],
+)
 def test_label_free_checks_refuse_random_weights_with_no_gate_dataset(
     variant: str,
     outcome: str,
+    precision: str,
     db_url: str,
     tmp_path: Path,
     embedder,
     model_variants_dir: dict[str, Path],
+    onnx_models: Path,
 ) -> None:
     _titled_docs(db_url, tmp_path, embedder, "acme")
     live = h.build_live(db_url, tmp_path / "indexes")
-    settings = Settings(data_dir=tmp_path, database_url=db_url, reembed={"batch_chunks": 8})
+    (tmp_path / "models").symlink_to(onnx_models)  # ONNX exports and int8 copies, made once
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url=db_url,
+        reembed={"batch_chunks": 8},
+        embedding_query_precision=precision,
+    )
     config = h.migration_config(settings, db_url, model_variants_dir[variant])
     assert config.gate.dataset is None and config.gate.query_file is None
     job_id = start_reembed(db_url, config)
     state = run_reembed(db_url, job_id, config)
     gate = _job(db_url, job_id).params["report"]["gate"]
     assert state == outcome, gate["failed"]
+    # At int8 both versions' queries ran through int8 copies: the live model's and the target's.
+    assert gate["query_precision"] == precision
+    if precision == "int8":
+        copies = sorted(p.name for p in onnx_models.glob("*-int8") if (p / "meta.json").is_file())
+        assert {"all-MiniLM-L6-v2-onnx-int8", "minilm-cls-onnx-int8"} <= set(copies), copies
     assert "retrieval_quality" not in gate  # no gate set: only the label-free checks judged it
     structure, health = gate["structure"], gate["space_health"]
     assert structure["probes"] == len(h.TOPICS)

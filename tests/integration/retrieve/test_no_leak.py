@@ -57,12 +57,13 @@ texts = st.lists(st.sampled_from(WORDS), min_size=4, max_size=12).map(" ".join)
 
 
 @pytest.fixture(scope="module")
-def world(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder):
+def world(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder, onnx_models):
     from sentence_transformers import CrossEncoder
 
     from index.embedder import resolve_model_path
 
     tmp = tmp_path_factory.mktemp("noleak")
+    (tmp / "models").symlink_to(onnx_models)  # the int8 query encoder's export, made once
     reranker_dir = tmp / "reranker"
     # A real cross-encoder with an untrained head: scores are arbitrary but the stage runs for real.
     CrossEncoder(resolve_model_path("bundled:all-MiniLM-L6-v2"), num_labels=1).save(str(reranker_dir))
@@ -71,14 +72,24 @@ def world(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder):
 
 class NoLeak(RuleBasedStateMachine):
     world: dict = {}
+    histories = 0
 
     @initialize()
     def start(self) -> None:
         w = self.world
         truncate_all(w["url"])
-        self.settings = Settings(data_dir=w["tmp"], database_url=w["url"], rerank={"model": w["reranker"]})
+        # Every other history serves int8 query vectors (a fast path, under the same oracle).
+        NoLeak.histories += 1
+        self.settings = Settings(
+            data_dir=w["tmp"],
+            database_url=w["url"],
+            rerank={"model": w["reranker"]},
+            embedding_query_precision="int8" if NoLeak.histories % 2 else "fp32",
+        )
         self.pool = ConnectionPool(w["url"], min_size=1, max_size=4, open=True)
         self.service, self.close = build_search_service(self.settings, self.pool, w["embedder"], watch=False)
+        query_encoder = self.service.embedders.get(self.settings.embedding_model).embedder
+        assert getattr(query_encoder, "precision", "fp32") == self.settings.embedding_query_precision
         self.runner = IngestRunner(
             factories.runner(
                 conninfo=w["url"],
@@ -248,5 +259,7 @@ def test_no_leak_under_random_histories(world) -> None:
         max_examples=12, stateful_step_count=10, deadline=None, suppress_health_check=list(HealthCheck)
     )
     runner().runTest()
-    # thousands of individual checks per run, not a handful
+    # thousands of individual checks per run, not a handful, at both query precisions
     assert CHECKS["queries"] >= 1000 and CHECKS["results"] >= 1000, CHECKS
+    assert NoLeak.histories >= 2
+    assert (world["tmp"] / "models" / "all-MiniLM-L6-v2-onnx-int8" / "meta.json").is_file()

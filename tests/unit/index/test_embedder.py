@@ -16,7 +16,19 @@ import pytest
 
 from core.errors import ConfigError
 from index.embedder import Embedder, OnnxEmbedder, load_embedder, resolve_model_path
-from index.onnx_export import MIN_COSINE, MODEL_FILE, onnx_cache_dir, read_export, source_fingerprint
+from index.onnx_export import (
+    INT8_FORMAT,
+    INT8_MIN_COSINE,
+    META_FILE,
+    MIN_COSINE,
+    MODEL_FILE,
+    ensure_int8_export,
+    int8_cache_dir,
+    onnx_cache_dir,
+    read_export,
+    read_meta,
+    source_fingerprint,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,8 +83,8 @@ def unit_norm_contract(embedder: Embedder) -> None:
 
 
 @pytest.fixture(scope="module")
-def onnx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return onnx_cache_dir(tmp_path_factory.mktemp("data"), MODEL)
+def onnx_dir(onnx_models: Path) -> Path:
+    return onnx_cache_dir(onnx_models.parent, MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +181,63 @@ def test_unknown_backend_is_a_config_error() -> None:
 def test_cache_dir_is_named_after_the_model(tmp_path: Path) -> None:
     assert onnx_cache_dir(tmp_path, MODEL) == tmp_path / "models" / "all-MiniLM-L6-v2-onnx"
     assert onnx_cache_dir(tmp_path, "/opt/models/my model/") == tmp_path / "models" / "my_model-onnx"
+
+
+@pytest.fixture(scope="module")
+def int8_embedder(onnx_embedder: OnnxEmbedder, onnx_dir: Path) -> OnnxEmbedder:
+    return OnnxEmbedder(MODEL, onnx_dir=onnx_dir, threads=1, precision="int8")
+
+
+@needs_onnx
+def test_int8_query_encoder_keeps_the_contract_close_to_fp32(
+    int8_embedder: OnnxEmbedder, onnx_embedder: OnnxEmbedder, onnx_dir: Path
+) -> None:
+    import onnx
+
+    unit_norm_contract(int8_embedder)
+    assert int8_embedder.precision == "int8" and int8_embedder.export.path == int8_cache_dir(onnx_dir)
+    cosines = np.sum(int8_embedder.embed(TEXTS) * onnx_embedder.embed(TEXTS), axis=1)
+    # Measured: mean 0.995, the worst a lone "?" at 0.972 (a text with no content to keep);
+    # retrieval quality, not cosine, is what admits int8 (bench.query_precision).
+    assert float(cosines.mean()) >= 0.99 and float(cosines.min()) >= 0.95
+    assert float(cosines.min()) < MIN_COSINE  # really another model, not the fp32 file again
+    meta = json.loads((int8_cache_dir(onnx_dir) / META_FILE).read_text())
+    assert meta["format"] == INT8_FORMAT and meta["min_cosine"] >= INT8_MIN_COSINE
+    # The six feed-forward down-projections stay fp32; the rest is integer arithmetic.
+    assert len(meta["fp32_matmuls"]) == 6 and all("output/dense" in n for n in meta["fp32_matmuls"])
+    ops = {node.op_type for node in onnx.load(str(int8_embedder.export.model_file)).graph.node}
+    assert {"DynamicQuantizeMatMul", "QAttention"} & ops and "MatMul" in ops
+
+
+@needs_onnx
+def test_int8_copy_is_reused_and_follows_its_fp32_export(
+    int8_embedder: OnnxEmbedder, onnx_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_quantize(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the cached int8 copy should have been reused")
+
+    monkeypatch.setattr("onnxruntime.quantization.quantize_dynamic", no_quantize)
+    again = load_embedder(MODEL, device="cpu", backend="onnx", onnx_dir=onnx_dir, precision="int8")
+    np.testing.assert_allclose(again.embed(["hi"]), int8_embedder.embed(["hi"]), atol=1e-6)
+    fingerprint = source_fingerprint(str(onnx_dir), format_version=INT8_FORMAT)
+    assert read_meta(int8_cache_dir(onnx_dir), format_version=INT8_FORMAT, fingerprint=fingerprint)
+    # Another fp32 export (here: its files' identity) is another source: no reuse.
+    assert read_meta(int8_cache_dir(onnx_dir), format_version=INT8_FORMAT, fingerprint="other") is None
+
+
+@needs_onnx
+def test_an_int8_copy_below_its_cosine_is_refused_and_not_published(
+    onnx_embedder: OnnxEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("index.onnx_export.INT8_MIN_COSINE", 1.01)
+    out = tmp_path / "refused-int8"
+    with pytest.raises(ConfigError, match="int8 copy .* differs from fp32"):
+        ensure_int8_export(onnx_embedder.export, out)
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_int8_needs_the_onnx_backend() -> None:
+    with pytest.raises(ConfigError, match="int8 weights need the onnx embedding backend"):
+        load_embedder(MODEL, backend="torch", precision="int8")
+    with pytest.raises(ConfigError, match="unknown precision"):
+        OnnxEmbedder(MODEL, onnx_dir=Path("/nonexistent"), precision="fp16")  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from index.builder import auto_params
 from services.maintenance import MaintenanceScheduler
 from wiring import embedding_spec, maintenance_scheduler, rebuild_config
 from wiring.index import dense_params, maintenance_policy
+from wiring.embedding import query_embedding_spec
 
 
 def test_rebuild_config_reads_the_index_settings(tmp_path: Path) -> None:
@@ -85,3 +86,11 @@ def test_embedding_spec_reads_the_model_settings(tmp_path: Path) -> None:
     assert (spec.device, spec.backend, spec.threads, spec.batch_size) == ("cpu", "torch", 3, 17)
     assert spec.onnx_dir is not None and spec.onnx_dir.is_relative_to(tmp_path.resolve())
     assert embedding_spec(settings, batch_size=4).batch_size == 4
+
+
+def test_the_query_spec_carries_the_query_precision(tmp_path: Path) -> None:
+    assert query_embedding_spec(Settings(data_dir=tmp_path)).precision == "fp32"
+    spec = query_embedding_spec(Settings(data_dir=tmp_path, embedding_query_precision="int8"))
+    assert (spec.precision, spec.batch_size) == ("int8", 32)
+    assert spec.for_model("/models/other").precision == "int8"  # a migration's model too
+    assert embedding_spec(Settings(data_dir=tmp_path, embedding_query_precision="int8")).precision == "fp32"
