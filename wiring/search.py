@@ -134,6 +134,8 @@ def serving_warmer(budget_s: float) -> Callable[[psycopg.Connection], None] | No
             elapsed,
             "" if result.complete else f" (stopped at retrieve.warm_seconds={budget_s:g})",
         )
+        if result.analyzed:
+            log.info("renewed stale planner statistics first: ANALYZE %s", ", ".join(result.analyzed))
 
     return warm
 

@@ -15,7 +15,12 @@ import pytest
 
 from catalog.bulk import BulkChunk, BulkDocument, bulk_load
 from catalog.serving import DETAILS_SQL, chunk_details
-from catalog.warm import has_pg_prewarm, prewarm_serving_reads, serving_relations
+from catalog.warm import (
+    has_pg_prewarm,
+    prewarm_serving_reads,
+    serving_relations,
+    stale_serving_tables,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +121,36 @@ def test_without_the_extension_a_plain_read_warms(loaded: psycopg.Connection) ->
         assert not prewarm_serving_reads(loaded, budget_s=0).complete
     finally:
         loaded.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+
+
+def _analyzed_at(conn: psycopg.Connection) -> dict[str, object]:
+    rows = conn.execute(
+        "SELECT relname, last_analyze FROM pg_stat_user_tables WHERE relname IN ('chunks', 'documents')"
+    ).fetchall()
+    return {str(name): at for name, at in rows}
+
+
+def test_stale_statistics_after_a_bulk_load_are_renewed_before_warming(conn: psycopg.Connection) -> None:
+    """200 chunks pass autovacuum's threshold (50 + 10% of none), 40 documents do not: only
+    chunks is analyzed, once; a second warm-up finds nothing stale."""
+    conn.execute("ANALYZE chunks, documents")  # whatever earlier tests left: a clean start
+    _load(conn)
+    conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, visible to itself
+    conn.execute("SELECT 1")
+    assert stale_serving_tables(conn) == ["chunks"]
+    before = _analyzed_at(conn)
+    result = prewarm_serving_reads(conn, budget_s=30)
+    assert result.analyzed == ("chunks",) and result.complete
+    after = _analyzed_at(conn)
+    assert after["chunks"] != before["chunks"] and after["documents"] == before["documents"]
+    assert stale_serving_tables(conn) == []
+    assert prewarm_serving_reads(conn, budget_s=30).analyzed == ()
+
+
+def test_no_time_left_analyzes_nothing(conn: psycopg.Connection) -> None:
+    _load(conn)
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT 1")
+    assert "chunks" in stale_serving_tables(conn)
+    assert prewarm_serving_reads(conn, budget_s=0).analyzed == ()
+    assert "chunks" in stale_serving_tables(conn)  # left to autoanalyze

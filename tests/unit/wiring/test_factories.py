@@ -10,8 +10,8 @@ from core.settings import Settings
 from index.builder import auto_params
 from services.maintenance import MaintenanceScheduler
 from wiring import embedding_spec, maintenance_scheduler, rebuild_config
-from wiring.index import dense_params, maintenance_policy
 from wiring.embedding import query_embedding_spec
+from wiring.index import dense_params, maintenance_policy
 
 
 def test_rebuild_config_reads_the_index_settings(tmp_path: Path) -> None:
