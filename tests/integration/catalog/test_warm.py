@@ -154,3 +154,19 @@ def test_no_time_left_analyzes_nothing(conn: psycopg.Connection) -> None:
     assert "chunks" in stale_serving_tables(conn)
     assert prewarm_serving_reads(conn, budget_s=0).analyzed == ()
     assert "chunks" in stale_serving_tables(conn)  # left to autoanalyze
+
+
+def test_tables_another_role_owns_are_left_to_autoanalyze(conn: psycopg.Connection) -> None:
+    _load(conn)
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT 1")
+    assert "chunks" in stale_serving_tables(conn)
+    conn.execute("DROP ROLE IF EXISTS ragline_warm_reader")
+    conn.execute("CREATE ROLE ragline_warm_reader")
+    try:
+        with conn.transaction():
+            conn.execute("SET LOCAL ROLE ragline_warm_reader")
+            assert stale_serving_tables(conn) == []  # its ANALYZE would renew nothing
+        assert "chunks" in stale_serving_tables(conn)
+    finally:
+        conn.execute("DROP ROLE ragline_warm_reader")
