@@ -68,12 +68,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        unreachable = _database_unreachable(exc)
-        if unreachable is None:
+        reason = _invalid_settings(exc) or _database_unreachable(exc)
+        if reason is None:
             raise
-        print(f"ragline: error: {unreachable}", file=sys.stderr)
+        print(f"ragline: error: {reason}", file=sys.stderr)
         return 2
     return int(result or 0)
+
+
+def _invalid_settings(exc: Exception) -> str | None:
+    """The settings' validation errors, one line per variable (no traceback), else None."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError) or exc.title != "Settings":
+        return None
+    lines = []
+    for error in exc.errors():
+        if error["loc"]:  # a field: its variable and the value given
+            name = "RAGLINE_" + "__".join(str(part) for part in error["loc"]).upper()
+            lines.append(f"  {name}: {error['msg']} (got {error['input']!r})")
+        else:  # a check across fields: its message names them
+            lines.append(f"  {error['msg']}")
+    return "invalid configuration:\n" + "\n".join(lines)
 
 
 def _database_unreachable(exc: Exception) -> str | None:
