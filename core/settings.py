@@ -387,6 +387,15 @@ class Settings(BaseSettings):
     reembed: ReembedSettings = ReembedSettings()
     oidc: OidcSettings = OidcSettings()
 
+    @model_validator(mode="after")
+    def _int8_needs_onnx(self) -> Settings:
+        if self.embedding_query_precision == "int8" and self.embedding_backend == "torch":
+            raise ValueError(
+                "RAGLINE_EMBEDDING_QUERY_PRECISION=int8 needs RAGLINE_EMBEDDING_BACKEND=onnx or auto"
+                " (a quantised copy of the ONNX export), not torch"
+            )
+        return self
+
     @field_validator("database_url")
     @classmethod
     def _postgres_url(cls, value: str | None) -> str | None:

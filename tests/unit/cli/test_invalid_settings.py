@@ -37,3 +37,14 @@ def test_a_validator_keeps_its_own_message(
     assert main(["index", "list"]) == 2
     err = capsys.readouterr().err
     assert "RAGLINE_DATABASE_URL" in err and "postgresql://" in err
+
+
+def test_int8_queries_on_torch_are_refused_before_anything_loads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("RAGLINE_EMBEDDING_BACKEND", "torch")
+    monkeypatch.setenv("RAGLINE_EMBEDDING_QUERY_PRECISION", "int8")
+    assert main(["index", "list"]) == 2
+    err = capsys.readouterr().err
+    assert "  Value error, RAGLINE_EMBEDDING_QUERY_PRECISION=int8 needs RAGLINE_EMBEDDING_BACKEND=onnx" in err
