@@ -1,7 +1,9 @@
 """Retrieval latency under open-loop load, through the real HTTP server.
 
 Run: ``python -m bench.retrieve --chunks 100000 --rates 5,10,20 --duration 20``; with
-``--query-precisions fp32,int8`` one server per query encoder precision, in turn, same corpus.
+``--query-precisions fp32,int8`` one server per query encoder precision, in turn, same corpus;
+``--stacks asyncio/h11,uvloop/httptools`` likewise per uvicorn event loop / HTTP parser, and
+``--rounds N`` runs the whole list of servers N times, alternating (host speed drifts).
 
 Goal (from the issue): p95 <= 50 ms at 20 requests/s on 2 CPU cores, hybrid without rerank,
 over >= 100k chunks. Steps:
@@ -364,6 +366,13 @@ def _args() -> argparse.Namespace:
         " (fp32,int8: the int8 query encoder against fp32 in the same run)",
     )
     p.add_argument(
+        "--stacks",
+        default="auto/auto",
+        help="comma-separated LOOP/HTTP pairs (RAGLINE_API__LOOP, RAGLINE_API__HTTP), one server"
+        " each in turn: asyncio/h11,uvloop/httptools measures uvicorn's C stack against the pure one",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="run the list of servers this many times")
+    p.add_argument(
         "--state-dir",
         type=Path,
         help="keep the catalog and index here and reuse them on the next run with the same"
@@ -422,16 +431,27 @@ def main() -> None:
             else None
         )
         runs = []
-        for precision in args.query_precisions.split(","):
-            extra = {"RAGLINE_EMBEDDING_QUERY_PRECISION": precision}
-            runs.append((precision, *_measure(args, url, tmp, queries, token, rerank, rates, extra)))
+        variants = [
+            (precision, *stack.split("/", 1))
+            for precision in args.query_precisions.split(",")
+            for stack in args.stacks.split(",")
+        ]
+        for round_ in range(1, args.rounds + 1):
+            for precision, loop, http in variants:
+                extra = {
+                    "RAGLINE_EMBEDDING_QUERY_PRECISION": precision,
+                    "RAGLINE_API__LOOP": loop,
+                    "RAGLINE_API__HTTP": http,
+                }
+                label = f"query encoder {precision}, {loop}/{http}, round {round_}"
+                runs.append((label, *_measure(args, url, tmp, queries, token, rerank, rates, extra)))
     mode = f"rerank of the top {args.rerank_candidates}" if rerank else "no rerank"
     print(
         f"\nhybrid, {mode}, top_k={args.top_k}, {args.chunks:,} chunks, {args.arrival} arrivals, "
         f"{args.warmup:g}s warm-up + {args.duration:g}s measured per rate, {os.cpu_count()} CPUs"
     )
-    for precision, results, probe in runs:
-        print(f"\nquery encoder {precision}:")
+    for label, results, probe in runs:
+        print(f"\n{label}:")
         print_results(results)
         print("sequential probe after the load (30 requests, medians): " + probe)
 

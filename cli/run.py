@@ -116,7 +116,9 @@ def run(settings: Settings) -> int:
 
     from catalog.connect import database_url
     from catalog.db import apply_migrations
+    from cli.serve import uvicorn_stack
 
+    stack = uvicorn_stack(settings)  # a bad choice fails before the setup, not after it
     url = database_url(settings)
     apply_migrations(url)
     print(f"PostgreSQL: {url}", file=sys.stderr)
@@ -146,5 +148,5 @@ Try:
     )
     os.environ["RAGLINE_DATABASE_URL"] = url
     get_settings.cache_clear()  # the app factory must see the resolved URL
-    uvicorn.run("api.main:build", factory=True, host=host, port=port, log_level="warning")
+    uvicorn.run("api.main:build", factory=True, host=host, port=port, log_level="warning", **stack)
     return 0

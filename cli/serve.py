@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from core.settings import get_settings
+from core.errors import ConfigError
+from core.settings import Settings, get_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +38,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     quiet_known_notices()  # ingestion jobs may start Ray inside the server
     settings = get_settings()
+    stack = uvicorn_stack(settings)
+    print(f"ragline serve: event loop {stack['loop']}, HTTP parser {stack['http']}", file=sys.stderr)
     host = args.host or settings.api.host
     port = args.port or settings.api.port
     workers = args.workers or settings.api.workers
@@ -46,7 +50,15 @@ def _serve(args: argparse.Namespace) -> int:
     get_settings.cache_clear()  # the app factory must see the resolved URL
     if workers > 1 and settings.metrics.enabled:
         _multiprocess_metrics(settings.metrics_dir)
-    uvicorn.run("api.main:build", factory=True, host=host, port=port, workers=workers, log_level="warning")
+    uvicorn.run(
+        "api.main:build",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        **stack,
+    )
     return 0
 
 
@@ -60,3 +72,27 @@ def _multiprocess_metrics(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True, exist_ok=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path.resolve())
+
+
+def uvicorn_stack(settings: Settings) -> dict[str, str]:
+    """uvicorn's ``loop`` and ``http`` from the settings, "auto" resolved here (uvloop and
+    httptools when they import, else asyncio and h11) so the start-up line names what runs.
+    One named explicitly must import: uvicorn would fail at start-up with a bare ImportError.
+
+    Raises:
+        ConfigError: an explicitly named loop or parser is not installed.
+    """
+    import importlib.util
+
+    stack: dict[str, str] = {}
+    for name, choice, fast, fallback in (
+        ("loop", settings.api.loop, "uvloop", "asyncio"),
+        ("http", settings.api.http, "httptools", "h11"),
+    ):
+        installed = importlib.util.find_spec(fast) is not None
+        if choice == fast and not installed:
+            raise ConfigError(
+                f"RAGLINE_API__{name.upper()}={choice} needs the {fast} package, which is not installed"
+            )
+        stack[name] = (fast if installed else fallback) if choice == "auto" else choice
+    return stack

@@ -42,6 +42,11 @@ class ApiSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     workers: int = Field(1, ge=1, le=64)
+    # uvicorn's event loop and HTTP/1.1 parser. "auto" takes uvloop and httptools where they
+    # are installed (uvicorn[standard]; not a dependency: no gain measured at 100k chunks,
+    # bench/retrieve.py --stacks) and asyncio and h11 otherwise.
+    loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    http: Literal["auto", "h11", "httptools"] = "auto"
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_upload_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     max_batch_documents: int = Field(256, ge=1, le=10_000)
