@@ -116,7 +116,7 @@ def run(settings: Settings) -> int:
 
     from catalog.connect import database_url
     from catalog.db import apply_migrations
-    from cli.serve import uvicorn_stack
+    from cli.uvicorn_stack import uvicorn_stack
 
     stack = uvicorn_stack(settings)  # a bad choice fails before the setup, not after it
     url = database_url(settings)
@@ -148,5 +148,13 @@ Try:
     )
     os.environ["RAGLINE_DATABASE_URL"] = url
     get_settings.cache_clear()  # the app factory must see the resolved URL
-    uvicorn.run("api.main:build", factory=True, host=host, port=port, log_level="warning", **stack)
+    uvicorn.run(
+        "api.main:build",
+        factory=True,
+        host=host,
+        port=port,
+        log_level="warning",
+        loop=stack["loop"],
+        http=stack["http"],
+    )
     return 0

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from core.errors import ConfigError
-from core.settings import Settings, get_settings
+from cli.uvicorn_stack import uvicorn_stack
+from core.settings import get_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +57,8 @@ def _serve(args: argparse.Namespace) -> int:
         port=port,
         workers=workers,
         log_level="warning",
-        **stack,
+        loop=stack["loop"],
+        http=stack["http"],
     )
     return 0
 
@@ -72,27 +73,3 @@ def _multiprocess_metrics(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True, exist_ok=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path.resolve())
-
-
-def uvicorn_stack(settings: Settings) -> dict[str, str]:
-    """uvicorn's ``loop`` and ``http`` from the settings, "auto" resolved here (uvloop and
-    httptools when they import, else asyncio and h11) so the start-up line names what runs.
-    One named explicitly must import: uvicorn would fail at start-up with a bare ImportError.
-
-    Raises:
-        ConfigError: an explicitly named loop or parser is not installed.
-    """
-    import importlib.util
-
-    stack: dict[str, str] = {}
-    for name, choice, fast, fallback in (
-        ("loop", settings.api.loop, "uvloop", "asyncio"),
-        ("http", settings.api.http, "httptools", "h11"),
-    ):
-        installed = importlib.util.find_spec(fast) is not None
-        if choice == fast and not installed:
-            raise ConfigError(
-                f"RAGLINE_API__{name.upper()}={choice} needs the {fast} package, which is not installed"
-            )
-        stack[name] = (fast if installed else fallback) if choice == "auto" else choice
-    return stack

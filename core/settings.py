@@ -170,6 +170,9 @@ class RetrieveSettings(Section):
     # only the maximum is set.
     default_context_tokens: int = Field(1500, ge=MIN_CONTEXT_TOKENS)
     max_context_tokens: int = Field(16_000, ge=MIN_CONTEXT_TOKENS)
+    # Token counts packing keeps, keyed by a digest of the text (index.tokens.CachedTokenCounter:
+    # no text, no caller); 0 counts every span of every answer again.
+    token_count_cache: int = Field(65_536, ge=0, le=10_000_000)
 
     @model_validator(mode="after")
     def _default_context_within_max(self) -> RetrieveSettings:

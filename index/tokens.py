@@ -11,7 +11,9 @@ reconfigures it. ``count_many`` encodes in one call that releases the GIL.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -151,6 +153,73 @@ class TokenCounter:
             self.count(a + sep + b) == self.count(a) + self.count(sep) + self.count(b)
             for a, sep, b in _ADDITIVITY_PROBES
         )
+
+
+class CachedTokenCounter:
+    """A :class:`TokenCounter` that remembers the counts of the texts it has counted.
+
+    Serving counts the same chunks and parent sections again and again (packing counts
+    every candidate span of every answer: ~0.3 ms per 100 words); a count depends on the
+    text alone, so it is kept under the text's 128-bit BLAKE2b digest: the cache holds no
+    text and nothing of who asked, and a hit is only possible for a caller who holds the
+    same text. At most ``entries`` counts (a batch larger than that is kept whole); past that
+    only the newest ``entries // 2`` stay.
+    Thread-safe.
+    """
+
+    __slots__ = ("_counter", "_counts", "_entries", "_lock", "additive")
+
+    def __init__(self, counter: TokenCounter, entries: int = 65_536) -> None:
+        if entries < 1:
+            raise ValueError(f"entries must be >= 1, got {entries}")
+        self._counter = counter
+        self._entries = entries
+        self._counts: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+        self.additive = counter.additive
+
+    @staticmethod
+    def _key(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def count(self, text: str) -> int:
+        """:meth:`TokenCounter.count`, from the cache when this text was counted before."""
+        key = self._key(text)
+        found = self._counts.get(key)
+        if found is None:
+            found = self._counter.count(text)
+            self._store({key: found})
+        return found
+
+    def __call__(self, text: str) -> int:
+        return self.count(text)
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """:meth:`TokenCounter.count_many`; only the texts not cached are encoded (one batch)."""
+        keys = [self._key(t) for t in texts]
+        counts = [self._counts.get(k) for k in keys]
+        missing = [i for i, c in enumerate(counts) if c is None]
+        if missing:
+            fresh = self._counter.count_many([texts[i] for i in missing])
+            for i, c in zip(missing, fresh, strict=True):
+                counts[i] = c
+            self._store({keys[i]: c for i, c in zip(missing, fresh, strict=True)})
+        return [int(c) for c in counts]  # type: ignore[arg-type]  # every None was filled
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """:meth:`TokenCounter.truncate` (not cached: its prefixes are counted once)."""
+        return self._counter.truncate(text, max_tokens)
+
+    def _store(self, counts: dict[bytes, int]) -> None:
+        with self._lock:
+            if len(self._counts) + len(counts) > self._entries:
+                # Dicts keep insertion order: the newest half of the capacity stays.
+                half = self._entries // 2
+                self._counts = dict(list(self._counts.items())[-half:]) if half else {}
+            self._counts.update(counts)
+
+    def __len__(self) -> int:
+        return len(self._counts)
 
 
 def _component_types(spec: dict[str, Any], key: str, members: str) -> list[str | None]:

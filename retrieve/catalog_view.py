@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -67,6 +68,9 @@ class CatalogView:
         self._doc_meta: list[tuple[tuple[str, str], ...]] = []
         self._arrays: dict[str, np.ndarray] = {}
         self._grow(1024)
+        # Bumped by every write to a document's row: what the currency cache is valid for.
+        self.generation = 0
+        self._currency: dict[tuple[int, int], _Currency] = {}
 
     def _grow(self, cap: int) -> None:
         spec = {
@@ -96,6 +100,8 @@ class CatalogView:
 
     def upsert(self, doc: DocumentRow) -> int:
         with self.lock:
+            self.generation += 1
+            self._currency.clear()
             idx = self._index.get(doc.doc_id)
             if idx is None:
                 idx = self._n
@@ -181,12 +187,50 @@ class CatalogView:
         return self._arrays["active"][: self._n].copy()
 
     def chunk_mask(self, doc_allowed: np.ndarray, doc_idx: np.ndarray, versions: np.ndarray) -> np.ndarray:
-        """Per-chunk mask: the document is allowed and the chunk is on its current version."""
-        if len(doc_idx) == 0:
-            return np.zeros(0, dtype=bool)
-        known = (doc_idx >= 0) & (doc_idx < len(doc_allowed))
+        """Per-chunk mask: the document is allowed and the chunk is on its current version.
+
+        The currency half (the document is known and the chunk on its current version) is the
+        same for every caller until a document's row changes, so it is computed once per
+        segment and generation (~1 ms per 100k chunks) and each call only gathers
+        ``doc_allowed`` (~0.07 ms). Nothing of a caller is cached: the gather is per call.
+        """
+        with self.lock:
+            if len(doc_idx) == 0 or self._n == 0:
+                return np.zeros(len(doc_idx), dtype=bool)
+            currency = self._currency_of(doc_idx, versions)
+        if len(doc_allowed) < currency.docs:
+            raise ValueError(f"doc_allowed covers {len(doc_allowed)} documents, the view {currency.docs}")
+        return doc_allowed[currency.safe] & currency.current
+
+    def _currency_of(self, doc_idx: np.ndarray, versions: np.ndarray) -> _Currency:
+        key = (id(doc_idx), id(versions))
+        hit = self._currency.get(key)
+        # The entry holds its arrays, so an id is not reused while it lives; checked anyway.
+        if hit is not None and hit.doc_idx is doc_idx and hit.versions is versions:
+            return hit
+        known = (doc_idx >= 0) & (doc_idx < self._n)
         safe = np.where(known, doc_idx, 0)
-        current = self._arrays["version"][safe] == versions
-        allowed = np.zeros(len(doc_idx), dtype=bool)
-        allowed[known] = doc_allowed[safe[known]]
-        return known & current & allowed
+        currency = _Currency(
+            doc_idx, versions, safe, known & (self._arrays["version"][safe] == versions), self._n
+        )
+        if len(self._currency) >= _CURRENCY_ENTRIES:
+            self._currency.clear()  # segments of swapped-out snapshots are not kept alive
+        self._currency[key] = currency
+        return currency
+
+
+# Segments whose currency is cached: a version's shards and delta, and the next version's
+# while a swap warms it.
+_CURRENCY_ENTRIES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class _Currency:
+    """One segment's currency at a generation: ``safe`` positions into the document arrays
+    (unknown documents at 0) and ``current`` (known, and the chunk's version is current)."""
+
+    doc_idx: np.ndarray
+    versions: np.ndarray
+    safe: np.ndarray
+    current: np.ndarray
+    docs: int

@@ -23,7 +23,7 @@ from catalog.serving import ChunkDetail, chunk_details
 from core import tracing
 from core.errors import InvalidInputError, UnavailableError
 from core.records import Hit
-from index.tokens import TokenCounter
+from index.tokens import CachedTokenCounter, TokenCounter
 from retrieve.fusion import FusedHit, convex, rerank_fusion, rrf, single_list
 from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
@@ -153,7 +153,7 @@ class SearchService:
         read_pool: ConnectionPool,
         searcher: HybridSearcher,
         embedders: QueryEmbedders,
-        counter: TokenCounter,
+        counter: TokenCounter | CachedTokenCounter,
         config: SearchConfig,
         reranker: Scorer | None = None,
         shards: RemoteShards | None = None,

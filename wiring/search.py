@@ -15,6 +15,7 @@ from core import metrics
 from core.settings import Settings
 from index.builder import EVERYTHING, ShardSelection
 from index.embedder import Embedder
+from index.tokens import CachedTokenCounter
 from jobs.shard_servers import ShardFanout, ShardServerConfig, start_shard_servers
 from rerank.batching import BatchingReranker
 from rerank.cross_encoder import load_reranker
@@ -90,7 +91,11 @@ def build_search_service(
         read_pool=read_pool or pool,
         searcher=searcher,
         embedders=query_embedders,
-        counter=embedder.token_counter,
+        counter=(
+            CachedTokenCounter(embedder.token_counter, settings.retrieve.token_count_cache)
+            if settings.retrieve.token_count_cache
+            else embedder.token_counter
+        ),
         config=config,
         reranker=reranker,
         shards=fanout,

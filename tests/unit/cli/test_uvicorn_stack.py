@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from cli.main import main
-from cli.serve import uvicorn_stack
+from cli.uvicorn_stack import uvicorn_stack
 from core.errors import ConfigError
 from core.settings import Settings, get_settings
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.tokens import TokenCounter
+from index.tokens import CachedTokenCounter, TokenCounter
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +110,70 @@ def test_a_tokenizer_that_is_not_wordpiece_is_not_additive() -> None:
     raw.pre_tokenizer = pre_tokenizers.ByteLevel()
     fast = PreTrainedTokenizerFast(tokenizer_object=raw)
     assert not TokenCounter(fast).additive
+
+
+class _Counting:
+    """Fault-free spy: the real counter, with the texts it was asked to encode recorded."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.encoded: list[str] = []
+        self.additive = counter.additive
+
+    def count(self, text: str) -> int:
+        self.encoded.append(text)
+        return self.counter.count(text)
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        self.encoded.extend(texts)
+        return self.counter.count_many(texts)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        return self.counter.truncate(text, max_tokens)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(max_size=60), max_size=12), st.integers(1, 6))
+def test_the_cache_counts_what_the_counter_counts(
+    counter: TokenCounter, texts: list[str], entries: int
+) -> None:
+    spy = _Counting(counter)
+    cached = CachedTokenCounter(spy, entries)  # type: ignore[arg-type]
+    assert cached.count_many(texts) == counter.count_many(texts)
+    assert cached.count_many(texts) == counter.count_many(texts)  # again, partly from the cache
+    assert [cached.count(t) for t in texts] == [counter.count(t) for t in texts]
+    assert len(cached) <= max(entries, len(set(texts)))
+    assert cached.additive == counter.additive
+
+
+def test_a_text_counted_once_is_not_encoded_again(counter: TokenCounter) -> None:
+    spy = _Counting(counter)
+    cached = CachedTokenCounter(spy, 100)  # type: ignore[arg-type]
+    assert cached.count_many(["alpha beta", "gamma"]) == counter.count_many(["alpha beta", "gamma"])
+    first = list(spy.encoded)
+    assert first == ["alpha beta", "gamma"]
+    assert cached.count_many(["gamma", "delta epsilon", "alpha beta"]) == counter.count_many(
+        ["gamma", "delta epsilon", "alpha beta"]
+    )
+    assert spy.encoded == [*first, "delta epsilon"]  # only the new text was encoded
+    assert cached.count("gamma") == counter.count("gamma")
+    assert spy.encoded == [*first, "delta epsilon"]
+
+
+def test_the_cache_is_bounded_and_keeps_the_newest(counter: TokenCounter) -> None:
+    spy = _Counting(counter)
+    cached = CachedTokenCounter(spy, 4)  # type: ignore[arg-type]
+    for i in range(10):
+        cached.count(f"text number {i}")
+    assert len(cached) <= 4
+    spy.encoded.clear()
+    cached.count("text number 9")  # the newest stays
+    cached.count("text number 0")  # the oldest went
+    assert spy.encoded == ["text number 0"]
+
+
+def test_the_cache_holds_no_text(counter: TokenCounter) -> None:
+    cached = CachedTokenCounter(counter, 10)
+    cached.count_many(["a secret paragraph of a private document"])
+    assert all(isinstance(k, bytes) and len(k) == 16 for k in cached._counts)
+    assert b"secret" not in b"".join(cached._counts)
