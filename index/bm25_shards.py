@@ -139,6 +139,13 @@ class LexicalShard:
         )
         # Document frequency per vocabulary id: the posting lengths, computed once at load.
         self._df = np.diff(np.asarray(bm25.scores["indptr"])) if bm25 is not None else np.zeros(0, np.int64)
+        # The score matrix as plain ndarray views of bm25s's (memory-mapped) arrays: a slice of
+        # a np.memmap builds a memmap object each time, ~13% of the stage's CPU per query.
+        self._csc: tuple[np.ndarray, np.ndarray, np.ndarray] | None = (
+            tuple(np.asarray(bm25.scores[key]) for key in ("data", "indices", "indptr"))  # type: ignore[assignment]
+            if bm25 is not None
+            else None
+        )
 
     @property
     def ntotal(self) -> int:
@@ -206,7 +213,8 @@ class LexicalShard:
         df: dict[str, int] = {}
         if self._bm25 is not None:
             vocab = self._bm25.vocab_dict
-            indices, indptr = self._bm25.scores["indices"], self._bm25.scores["indptr"]
+            assert self._csc is not None
+            _, indices, indptr = self._csc
             for term in set(terms):
                 token_id = vocab.get(term)
                 if token_id is None:
@@ -292,8 +300,8 @@ class LexicalShard:
 
     def _shared_scores(self, terms: list[str], token_ids: list[int], stats: LexicalStats) -> np.ndarray:
         """Scores of every position under ``stats``: each posting's tf recovered, rescored."""
-        assert self._bm25 is not None
-        data, indices, indptr = (self._bm25.scores[key] for key in ("data", "indices", "indptr"))
+        assert self._csc is not None
+        data, indices, indptr = self._csc
         scores = np.zeros(self.ntotal, dtype=np.float32)
         # The global length norm is a + c * dl; the local one is precomputed per document.
         a = np.float32(self.k1 * (1 - self.b))
