@@ -112,11 +112,10 @@ def _build_index(url: str, settings: Settings) -> None:
 
 
 def run(settings: Settings) -> int:
-    import uvicorn
 
     from catalog.connect import database_url
     from catalog.db import apply_migrations
-    from cli.uvicorn_stack import uvicorn_stack
+    from cli.uvicorn_stack import serve_app, uvicorn_stack
 
     stack = uvicorn_stack(settings)  # a bad choice fails before the setup, not after it
     url = database_url(settings)
@@ -148,13 +147,5 @@ Try:
     )
     os.environ["RAGLINE_DATABASE_URL"] = url
     get_settings.cache_clear()  # the app factory must see the resolved URL
-    uvicorn.run(
-        "api.main:build",
-        factory=True,
-        host=host,
-        port=port,
-        log_level="warning",
-        loop=stack["loop"],
-        http=stack["http"],
-    )
+    serve_app(stack, host, port)
     return 0

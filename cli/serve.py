@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cli.uvicorn_stack import uvicorn_stack
+from cli.uvicorn_stack import serve_app, uvicorn_stack
 from core.settings import get_settings
 
 
@@ -31,8 +31,6 @@ def _run() -> int:
 def _serve(args: argparse.Namespace) -> int:
     import os
 
-    import uvicorn
-
     from catalog.connect import database_url
     from jobs.ray_runtime import quiet_known_notices
 
@@ -50,16 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     get_settings.cache_clear()  # the app factory must see the resolved URL
     if workers > 1 and settings.metrics.enabled:
         _multiprocess_metrics(settings.metrics_dir)
-    uvicorn.run(
-        "api.main:build",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-        loop=stack["loop"],
-        http=stack["http"],
-    )
+    serve_app(stack, host, port, workers)
     return 0
 
 

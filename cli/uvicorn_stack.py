@@ -28,3 +28,19 @@ def uvicorn_stack(settings: Settings) -> dict[str, str]:
             )
         stack[name] = (fast if installed else fallback) if choice == "auto" else choice
     return stack
+
+
+def serve_app(stack: dict[str, str], host: str, port: int, workers: int = 1) -> None:
+    """uvicorn serving the app factory (``api.main:build``) with ``stack``'s loop and parser."""
+    import uvicorn
+
+    uvicorn.run(
+        "api.main:build",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        loop=stack["loop"],
+        http=stack["http"],
+    )
