@@ -112,7 +112,6 @@ def _build_index(url: str, settings: Settings) -> None:
 
 
 def run(settings: Settings) -> int:
-
     from catalog.connect import database_url
     from catalog.db import apply_migrations
     from cli.uvicorn_stack import serve_app, uvicorn_stack

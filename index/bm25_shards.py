@@ -140,7 +140,7 @@ class LexicalShard:
         # Document frequency per vocabulary id: the posting lengths, computed once at load.
         self._df = np.diff(np.asarray(bm25.scores["indptr"])) if bm25 is not None else np.zeros(0, np.int64)
         # The score matrix as plain ndarray views of bm25s's (memory-mapped) arrays: a slice of
-        # a np.memmap builds a memmap object each time, ~13% of the stage's CPU per query.
+        # a np.memmap builds a memmap object each time (0.55 -> 0.51 ms per query, docs/benchmarks.md).
         self._csc: tuple[np.ndarray, np.ndarray, np.ndarray] | None = (
             tuple(np.asarray(bm25.scores[key]) for key in ("data", "indices", "indptr"))  # type: ignore[assignment]
             if bm25 is not None

@@ -68,8 +68,7 @@ class CatalogView:
         self._doc_meta: list[tuple[tuple[str, str], ...]] = []
         self._arrays: dict[str, np.ndarray] = {}
         self._grow(1024)
-        # Bumped by every write to a document's row: what the currency cache is valid for.
-        self.generation = 0
+        # Each segment's currency (see chunk_mask), emptied by every write to a document's row.
         self._currency: dict[tuple[int, int], _Currency] = {}
 
     def _grow(self, cap: int) -> None:
@@ -100,7 +99,6 @@ class CatalogView:
 
     def upsert(self, doc: DocumentRow) -> int:
         with self.lock:
-            self.generation += 1
             self._currency.clear()
             idx = self._index.get(doc.doc_id)
             if idx is None:
@@ -191,7 +189,7 @@ class CatalogView:
 
         The currency half (the document is known and the chunk on its current version) is the
         same for every caller until a document's row changes, so it is computed once per
-        segment and generation (~1 ms per 100k chunks) and each call only gathers
+        segment between writes (~1 ms per 100k chunks) and each call only gathers
         ``doc_allowed`` (~0.07 ms). Nothing of a caller is cached: the gather is per call.
         """
         with self.lock:
@@ -226,7 +224,7 @@ _CURRENCY_ENTRIES = 32
 
 @dataclass(frozen=True, slots=True)
 class _Currency:
-    """One segment's currency at a generation: ``safe`` positions into the document arrays
+    """One segment's currency since the last write: ``safe`` positions into the document arrays
     (unknown documents at 0) and ``current`` (known, and the chunk's version is current)."""
 
     doc_idx: np.ndarray
