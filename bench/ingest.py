@@ -3,8 +3,8 @@
 Run: ``OPENBLAS_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m bench.ingest --docs 300``.
 
 For one corpus (``--source cranfield``: the first N non-empty documents of
-``../shared/data/cranfield/corpus.jsonl``, title + text as text/plain; ``--source samples``:
-``samples/corpus``) it measures:
+``../shared/data/cranfield/corpus.jsonl``, title + text as text/plain, copies past its 1,400;
+``--source samples``: ``samples/corpus``) it measures:
 
 1. raw encode: the corpus's leaf chunks (made by the pipeline's own ``prepare``) embedded
    with one ``embedder.embed`` call, same model instance and batch size as the inline path;
@@ -88,18 +88,30 @@ class Timed:
 
 
 def cranfield_items(n: int) -> list[NewItem]:
-    """The first ``n`` non-empty Cranfield documents, title + text as text/plain."""
-    items: list[NewItem] = []
+    """The first ``n`` non-empty Cranfield documents, title + text as text/plain.
+
+    Past the collection's 1,400, it starts over with copies (``cranfield-<id>-copy<k>``, the
+    text led by "Copy k."), so a job of any size has distinct documents to hash, chunk and embed
+    with Cranfield's own length distribution.
+    """
+    base: list[tuple[str, str, str]] = []
     with CRANFIELD.open(encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
             title, text = (row.get("title") or "").strip(), (row.get("text") or "").strip()
-            if not text:
-                continue
-            body = f"{title}\n\n{text}" if title else text
-            items.append(_item(f"cranfield-{row['_id']}", "text/plain", body.encode(), title or None))
-            if len(items) == n:
+            if text:
+                base.append((str(row["_id"]), title, text))
+            if len(base) == n:
                 break
+    items: list[NewItem] = []
+    for no in range(min(n, len(base) * 1000)):
+        doc_id, title, text = base[no % len(base)]
+        copy = no // len(base)
+        body = f"{title}\n\n{text}" if title else text
+        external_id = f"cranfield-{doc_id}"
+        if copy:
+            body, external_id = f"Copy {copy + 1}. {body}", f"{external_id}-copy{copy + 1}"
+        items.append(_item(external_id, "text/plain", body.encode(), title or None))
     return items
 
 

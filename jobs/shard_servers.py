@@ -44,7 +44,7 @@ from index.builder import ShardSelection
 from index.tokenize import Tokenizer
 from jobs.shard_health import ServerHealth, ShardServersNotReadyError
 from retrieve.hybrid import HybridSearcher, PlannerConfig, StageLog, build_masks
-from retrieve.remote import RemoteLists
+from retrieve.remote import QueryVector, RemoteLists
 from retrieve.serving import ServingState, ShardStats
 from retrieve.watcher import IndexWatcher
 
@@ -323,19 +323,30 @@ class ShardFanout:
         if isinstance(exc, RayActorError):
             self.health.mark_down(i, f"failed: {type(exc).__name__}")
 
-    def search(self, query: ShardQuery) -> FanoutAnswer:
+    def search(self, query: ShardQuery, vector: QueryVector = None) -> FanoutAnswer:
+        """Every up server's lists for ``query``, merged; ``vector``, when given, replaces the
+        query's: a call that waits for the embedding is called after round one is sent."""
         from ray.exceptions import GetTimeoutError
 
         servers = [(i, self.servers[i]) for i in self.health.up(self.version)]
         degraded = self.health.missing()
         query = replace(query, trace=tracing.carrier())  # the servers continue this trace
+        round_one: list[Any] = []
+        if query.text is not None:  # sent now, answered while the query is embedded
+            round_one = [
+                s.lexical_stats.remote(query.text, query.position, query.acl.tenant_id, query.language)
+                for _, s in servers
+            ]
+        if vector is not None:
+            query = replace(query, vector=vector() if callable(vector) else vector)
         if query.text is not None:
-            tenant = query.acl.tenant_id
-            stats, failed = self._global_stats(servers, query.text, query.position, tenant, query.language)
+            stats, failed = self._global_stats(servers, round_one)
             query = replace(query, stats=stats)
             for i, reason in failed.items():  # a server that failed round one is not asked again
                 degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
             servers = [(i, s) for i, s in servers if i not in failed]
+        if query.vector is None and query.text is None:  # the embedding failed in dense mode
+            return FanoutAnswer([], [], (), degraded)
         got = self._gather([s.search.remote(query) for _, s in servers])
         answers: list[tuple[int, ShardAnswer]] = []
         for (i, _), answer in zip(servers, got, strict=True):
@@ -391,16 +402,12 @@ class ShardFanout:
             time.sleep(0.2)
 
     def _global_stats(
-        self,
-        servers: Sequence[tuple[int, Any]],
-        text: str,
-        position: int,
-        tenant_id: str,
-        language: str | None,
+        self, servers: Sequence[tuple[int, Any]], refs: Sequence[Any]
     ) -> tuple[LexicalStats, dict[int, str]]:
-        """Round one of a lexical query: the statistics of the tenant for each of ``servers``'
-        segments, summed, and the servers that did not answer (by index, with the error's name)."""
-        got = self._gather([s.lexical_stats.remote(text, position, tenant_id, language) for _, s in servers])
+        """Round one of a lexical query (``refs``: each of ``servers``' ``lexical_stats`` call):
+        the statistics of the tenant for their segments, summed, and the servers that did not
+        answer (by index, with the error's name)."""
+        got = self._gather(refs)
         failed: dict[int, str] = {}
         for (i, _), x in zip(servers, got, strict=True):
             if isinstance(x, Exception):
@@ -413,12 +420,12 @@ class ShardFanout:
         *,
         acl: AclFilter,
         position: int,
-        vector: np.ndarray | None,
+        vector: QueryVector,
         text: str | None,
         k: int,
         language: str | None = None,
     ) -> RemoteLists:
-        got = self.search(ShardQuery(acl, position, vector, text, k, language))
+        got = self.search(ShardQuery(acl, position, None, text, k, language), vector)
         return RemoteLists(got.dense, got.lexical, got.degraded)
 
     def shard_stats(self) -> list[ShardStats]:

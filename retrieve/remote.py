@@ -4,6 +4,7 @@ caught up to the catalog position the request read."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -12,6 +13,10 @@ import numpy as np
 from authz.acl import AclFilter
 from core.records import Hit
 from retrieve.serving import ShardStats
+
+# The query vector, or a call that waits for it (None: no dense list). Given the call, a fan-out
+# sends the lexical statistics round first and waits for the embedding while it runs.
+QueryVector = np.ndarray | Callable[[], np.ndarray | None] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +32,7 @@ class RemoteShards(Protocol):
         *,
         acl: AclFilter,
         position: int,
-        vector: np.ndarray | None,
+        vector: QueryVector,
         text: str | None,
         k: int,
         language: str | None = None,
