@@ -8,7 +8,8 @@ data is absent) ingested inline with the bundled model, one flat ``--shards``-sh
 ``live``, local Ray. Two search services in this process, built as ``ragline serve`` builds
 them (``wiring.search.build_search_service``) and sharing one embedder: in-process (the
 baseline) and fanning out to ``--servers`` shard servers. Blocks of ``--queries`` sequential
-hybrid retrieves (Cranfield's own queries, top 8) alternate between the two; the overhead is
+hybrid retrieves (Cranfield's own queries, top 8; with ``--distinct`` each text made unique by a
+serial word that matches nothing, so no cache answers) alternate between the two; the overhead is
 fan-out minus in-process, paired per block (the median of the pairs), so the machine's drift
 cancels.
 
@@ -61,6 +62,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--blocks", type=int, default=8, help="block pairs (in-process, fan-out), alternating")
     p.add_argument("--queries", type=int, default=40, help="sequential retrieves per block")
     p.add_argument("--top-k", type=int, default=8)
+    p.add_argument(
+        "--distinct",
+        action="store_true",
+        help="every retrieve's text unique (a serial word appended): no embedding or statistics"
+        " cache hits, as with queries that do not repeat",
+    )
     return p.parse_args(argv)
 
 
@@ -171,9 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             all_remote: list[float] = []
             local_stages: dict[str, list[float]] = {}
             remote_stages: dict[str, list[float]] = {}
-            for _ in range(args.blocks):
-                a = _block(local, acl, queries, args.top_k, local_stages)
-                b = _block(remote, acl, queries, args.top_k, remote_stages)
+            for no in range(args.blocks):
+                texts = [f"{q} zq{no}x{i}" for i, q in enumerate(queries)] if args.distinct else queries
+                a = _block(local, acl, texts, args.top_k, local_stages)
+                texts = [f"{q} zr{no}x{i}" for i, q in enumerate(queries)] if args.distinct else queries
+                b = _block(remote, acl, texts, args.top_k, remote_stages)
                 all_local += a
                 all_remote += b
                 pairs.append((statistics.median(a), statistics.median(b)))

@@ -9,7 +9,9 @@ the position was read is effective on every server, exactly as in-process. A ser
 times out or has died degrades the answer (``degraded`` names it); it never fails it.
 
 Lexical scores use collection statistics summed over every server's segments (the fan-out's
-first round), as in-process, so the merged lists equal the in-process ones. Each server loads
+first round), as in-process, so the merged lists equal the in-process ones. Round one is sent
+before the request waits for its query embedding, so it runs while the model works, and its sum
+is kept for a query repeated at the same catalog position, which then sends one round only. Each server loads
 only its group's shards of each version it serves (dense and lexical files and their per-shard
 catalog positions; ``index.builder.ShardSelection``), so a version larger than one node's
 memory is served by enough servers; the API process that fans out loads none.
@@ -26,8 +28,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -266,6 +269,9 @@ def _merge(parts: Sequence[list[Hit]], k: int) -> list[Hit]:
     return merged[:k]
 
 
+STATS_CACHE = 4096
+
+
 class ShardFanout:
     """Sends one ``ShardQuery`` to every shard server that is up and merges their lists
     (``retrieve.remote.RemoteShards`` for the search service); ``health`` tracks which are up."""
@@ -275,6 +281,12 @@ class ShardFanout:
         self.timeout_s = timeout_s
         self.swap_wait_s = swap_wait_s
         self.health = ServerHealth(self.servers)
+        # Round one's sums by (version, servers asked, tenant, position, language, text): a
+        # query repeated at the same catalog position skips the round (STATS_CACHE entries, the
+        # oldest dropped first). Collection statistics decide scores, never what a caller may
+        # read (each server builds its masks per request), and are per tenant.
+        self._stats: OrderedDict[tuple[object, ...], LexicalStats] = OrderedDict()
+        self._stats_lock = threading.Lock()
         # The version every server was confirmed to hold (at start, or by ``await_version``).
         self.version: str | None = self._confirm()
 
@@ -331,20 +343,33 @@ class ShardFanout:
         servers = [(i, self.servers[i]) for i in self.health.up(self.version)]
         degraded = self.health.missing()
         query = replace(query, trace=tracing.carrier())  # the servers continue this trace
+        key = (
+            self.version,
+            tuple(i for i, _ in servers),
+            query.acl.tenant_id,
+            query.position,
+            query.language,
+            query.text,
+        )
+        known = self._known_stats(key) if query.text is not None else None
         round_one: list[Any] = []
-        if query.text is not None:  # sent now, answered while the query is embedded
+        if query.text is not None and known is None:  # sent now, answered while the query is embedded
             round_one = [
                 s.lexical_stats.remote(query.text, query.position, query.acl.tenant_id, query.language)
                 for _, s in servers
             ]
         if vector is not None:
             query = replace(query, vector=vector() if callable(vector) else vector)
-        if query.text is not None:
+        if known is not None:
+            query = replace(query, stats=known)
+        elif query.text is not None:
             stats, failed = self._global_stats(servers, round_one)
             query = replace(query, stats=stats)
             for i, reason in failed.items():  # a server that failed round one is not asked again
                 degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
             servers = [(i, s) for i, s in servers if i not in failed]
+            if not failed:  # a partial sum is never kept
+                self._keep_stats(key, stats)
         if query.vector is None and query.text is None:  # the embedding failed in dense mode
             return FanoutAnswer([], [], (), degraded)
         got = self._gather([s.search.remote(query) for _, s in servers])
@@ -400,6 +425,19 @@ class ShardFanout:
                     f" ({missing}); still serving {self.version}"
                 )
             time.sleep(0.2)
+
+    def _known_stats(self, key: tuple[object, ...]) -> LexicalStats | None:
+        with self._stats_lock:
+            stats = self._stats.get(key)
+            if stats is not None:
+                self._stats.move_to_end(key)
+            return stats
+
+    def _keep_stats(self, key: tuple[object, ...], stats: LexicalStats) -> None:
+        with self._stats_lock:
+            self._stats[key] = stats
+            while len(self._stats) > STATS_CACHE:
+                self._stats.popitem(last=False)
 
     def _global_stats(
         self, servers: Sequence[tuple[int, Any]], refs: Sequence[Any]
