@@ -9,10 +9,9 @@ the position was read is effective on every server, exactly as in-process. A ser
 times out or has died degrades the answer (``degraded`` names it); it never fails it.
 
 Lexical scores use collection statistics summed over every server's segments (the fan-out's
-first round), as in-process, so the merged lists equal the in-process ones. Round one is sent
-before the request waits for its query embedding, so it runs while the model works, and its sum
-is kept for a query repeated at the same catalog position, which then sends one round only. Each server loads
-only its group's shards of each version it serves (dense and lexical files and their per-shard
+first round), as in-process, so the merged lists equal the in-process ones. Round one's sum is
+kept for a query repeated at the same catalog position, which then sends one round only. Each
+server loads only its group's shards of each version it serves (dense and lexical files and their per-shard
 catalog positions; ``index.builder.ShardSelection``), so a version larger than one node's
 memory is served by enough servers; the API process that fans out loads none.
 
@@ -47,7 +46,7 @@ from index.builder import ShardSelection
 from index.tokenize import Tokenizer
 from jobs.shard_health import ServerHealth, ShardServersNotReadyError
 from retrieve.hybrid import HybridSearcher, PlannerConfig, StageLog, build_masks
-from retrieve.remote import QueryVector, RemoteLists
+from retrieve.remote import RemoteLists
 from retrieve.serving import ServingState, ShardStats
 from retrieve.watcher import IndexWatcher
 
@@ -335,43 +334,34 @@ class ShardFanout:
         if isinstance(exc, RayActorError):
             self.health.mark_down(i, f"failed: {type(exc).__name__}")
 
-    def search(self, query: ShardQuery, vector: QueryVector = None) -> FanoutAnswer:
-        """Every up server's lists for ``query``, merged; ``vector``, when given, replaces the
-        query's: a call that waits for the embedding is called after round one is sent."""
+    def search(self, query: ShardQuery) -> FanoutAnswer:
+        """Every up server's lists for ``query``, merged."""
         from ray.exceptions import GetTimeoutError
 
         servers = [(i, self.servers[i]) for i in self.health.up(self.version)]
         degraded = self.health.missing()
         query = replace(query, trace=tracing.carrier())  # the servers continue this trace
-        key = (
-            self.version,
-            tuple(i for i, _ in servers),
-            query.acl.tenant_id,
-            query.position,
-            query.language,
-            query.text,
-        )
-        known = self._known_stats(key) if query.text is not None else None
-        round_one: list[Any] = []
-        if query.text is not None and known is None:  # sent now, answered while the query is embedded
-            round_one = [
-                s.lexical_stats.remote(query.text, query.position, query.acl.tenant_id, query.language)
-                for _, s in servers
-            ]
-        if vector is not None:
-            query = replace(query, vector=vector() if callable(vector) else vector)
-        if known is not None:
-            query = replace(query, stats=known)
-        elif query.text is not None:
-            stats, failed = self._global_stats(servers, round_one)
+        if query.text is not None:
+            tenant = query.acl.tenant_id
+            key = (
+                self.version,
+                tuple(i for i, _ in servers),
+                tenant,
+                query.position,
+                query.language,
+                query.text,
+            )
+            stats = self._known_stats(key)
+            if stats is None:
+                stats, failed = self._global_stats(
+                    servers, query.text, query.position, tenant, query.language
+                )
+                for i, reason in failed.items():  # a server that failed round one is not asked again
+                    degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
+                servers = [(i, s) for i, s in servers if i not in failed]
+                if not failed:  # a partial sum is never kept
+                    self._keep_stats(key, stats)
             query = replace(query, stats=stats)
-            for i, reason in failed.items():  # a server that failed round one is not asked again
-                degraded.append({"stage": "shards", "reason": f"server{i} failed: {reason}"})
-            servers = [(i, s) for i, s in servers if i not in failed]
-            if not failed:  # a partial sum is never kept
-                self._keep_stats(key, stats)
-        if query.vector is None and query.text is None:  # the embedding failed in dense mode
-            return FanoutAnswer([], [], (), degraded)
         got = self._gather([s.search.remote(query) for _, s in servers])
         answers: list[tuple[int, ShardAnswer]] = []
         for (i, _), answer in zip(servers, got, strict=True):
@@ -440,12 +430,16 @@ class ShardFanout:
                 self._stats.popitem(last=False)
 
     def _global_stats(
-        self, servers: Sequence[tuple[int, Any]], refs: Sequence[Any]
+        self,
+        servers: Sequence[tuple[int, Any]],
+        text: str,
+        position: int,
+        tenant_id: str,
+        language: str | None,
     ) -> tuple[LexicalStats, dict[int, str]]:
-        """Round one of a lexical query (``refs``: each of ``servers``' ``lexical_stats`` call):
-        the statistics of the tenant for their segments, summed, and the servers that did not
-        answer (by index, with the error's name)."""
-        got = self._gather(refs)
+        """Round one of a lexical query: the statistics of the tenant for each of ``servers``'
+        segments, summed, and the servers that did not answer (by index, with the error's name)."""
+        got = self._gather([s.lexical_stats.remote(text, position, tenant_id, language) for _, s in servers])
         failed: dict[int, str] = {}
         for (i, _), x in zip(servers, got, strict=True):
             if isinstance(x, Exception):
@@ -458,12 +452,12 @@ class ShardFanout:
         *,
         acl: AclFilter,
         position: int,
-        vector: QueryVector,
+        vector: np.ndarray | None,
         text: str | None,
         k: int,
         language: str | None = None,
     ) -> RemoteLists:
-        got = self.search(ShardQuery(acl, position, None, text, k, language), vector)
+        got = self.search(ShardQuery(acl, position, vector, text, k, language))
         return RemoteLists(got.dense, got.lexical, got.degraded)
 
     def shard_stats(self) -> list[ShardStats]:

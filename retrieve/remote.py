@@ -4,7 +4,6 @@ caught up to the catalog position the request read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -13,10 +12,6 @@ import numpy as np
 from authz.acl import AclFilter
 from core.records import Hit
 from retrieve.serving import ShardStats
-
-# The query vector, or a call that waits for it (None: no dense list). Given the call, a fan-out
-# sends the lexical statistics round first and waits for the embedding while it runs.
-QueryVector = np.ndarray | Callable[[], np.ndarray | None] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +27,7 @@ class RemoteShards(Protocol):
         *,
         acl: AclFilter,
         position: int,
-        vector: QueryVector,
+        vector: np.ndarray | None,
         text: str | None,
         k: int,
         language: str | None = None,

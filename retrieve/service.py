@@ -298,40 +298,29 @@ class SearchService:
         model: str,
         slog: StageLog,
     ) -> tuple[list[list[Hit]], list[float]]:
-        """Both lists from the shard servers in one fan-out, while the query is embedded.
+        """Both lists from the shard servers in one fan-out, after the query is embedded.
 
-        The embedding is submitted first; the fan-out sends its lexical statistics round and
-        only then waits for the vector, so in hybrid mode round one overlaps the model (as the
-        lexical search does in-process) and one search round follows it. The servers get the
-        ACL filter and the catalog position this request read: each catches up to it and
-        builds its own masks, so nothing here is trusted to them.
+        The servers get the ACL filter and the catalog position this request read: each
+        catches up to it and builds its own masks, so nothing here is trusted to them.
         """
         n_dense, n_lexical = fusion.depth("dense", req.top_k), fusion.depth("lexical", req.top_k)
-        t_embed = time.perf_counter()
-        pending = self.embedders.get(model).submit(req.query) if req.mode in ("hybrid", "dense") else None
-        embedded: list[np.ndarray] = []
-
-        def vector() -> np.ndarray | None:
-            if pending is None:
-                return None
+        vec: np.ndarray | None = None
+        if req.mode in ("hybrid", "dense"):
+            t = time.perf_counter()
             try:
-                vec = pending.result(timeout=max(0.0, t_embed + self.searcher.timeout - time.perf_counter()))
+                vec = self.embedders.get(model).submit(req.query).result(timeout=self.searcher.timeout)
+                slog.time("embed", t)
             except Exception as exc:  # the lexical list can still answer
                 slog.degrade("dense", f"{type(exc).__name__}")
-                return None
-            slog.time("embed", t_embed)
-            embedded.append(vec)
-            return vec
-
         text = req.query if req.mode in ("hybrid", "lexical") else None
         t = time.perf_counter()
         k = max(n_dense, n_lexical)
-        got = shards.lists(acl=acl, position=position, vector=vector, text=text, k=k, language=req.language)
+        got = shards.lists(acl=acl, position=position, vector=vec, text=text, k=k, language=req.language)
         slog.time("shards", t)
         slog.degraded.extend(got.degraded)
         lists: list[list[Hit]] = []
         weights: list[float] = []
-        if embedded:
+        if vec is not None:
             lists.append(got.dense[:n_dense])
             weights.append(fusion.dense_weight)
         if text is not None:
