@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -145,7 +146,7 @@ def _same(a: list[Hit], b: list[Hit]) -> bool:
 
 
 def test_fanout_equals_in_process_and_never_leaks(
-    corpus: dict[str, str], db_url: str, ray_local: None, embedder
+    corpus: dict[str, str], db_url: str, ray_local: None, embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
 
@@ -195,7 +196,17 @@ def test_fanout_equals_in_process_and_never_leaks(
             # cache (one round sent) and still equals in-process; after the changes below the
             # position moves on, so check(200) there cannot reuse a sum from before them.
             again = next(queries(1))
-            first, second = fanout.search(again), fanout.search(again)
+            first = fanout.search(again)
+            rounds: list[int] = []
+            real_round = fanout._global_stats
+
+            def counted(*args: Any, **kwargs: Any) -> Any:  # a spy: counts round one, changes nothing
+                rounds.append(args[2])
+                return real_round(*args, **kwargs)
+
+            monkeypatch.setattr(fanout, "_global_stats", counted)
+            second = fanout.search(again)
+            assert rounds == []  # round one's sum came from the cache
             assert _same(first.lexical, second.lexical) and _same(second.lexical, ref.search(again)[1])
 
             # A delete and an ACL change on documents the queries found, then the position read
@@ -220,6 +231,12 @@ def test_fanout_equals_in_process_and_never_leaks(
             }
             assert changed
             assert not check(200) & changed
+            # The same text at the position after the changes is asked again, never answered
+            # with the sum from before them.
+            rounds.clear()
+            moved = replace(again, position=changes_repo.current_position(conn))
+            assert _same(fanout.search(moved).lexical, ref.search(moved)[1])
+            assert rounds == [moved.position]
 
             n = timings["n"]
             print(
