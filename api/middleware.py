@@ -61,7 +61,7 @@ class TracingMiddleware:
             return
         carrier = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         method = scope["method"]
-        with tracing.tracer().start_as_current_span(
+        with tracing.current_span(
             method,
             context=propagate.extract(carrier),
             kind=SpanKind.SERVER,

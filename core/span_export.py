@@ -30,13 +30,18 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.trace import SpanContext, SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags
+from opentelemetry.trace.status import Status
+from opentelemetry.util.types import Attributes, AttributeValue
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +115,119 @@ def finished_row(
     )
 
 
+class RowSpan(trace.Span):
+    """A recording span that becomes one row on the export queue when it ends, with no SDK span
+    object: for the spans that are current while a request's work runs inside them (the server
+    span, ``retrieve``, a job's), where the SDK's span costs its attribute checks, lock and
+    processor calls (about 55 µs to start and end one on this machine, measured with a
+    throwaway microbenchmark). Made by ``ProcessSpanProcessor.start_span`` with the provider's
+    own sampler and ids; other instrumentations (psycopg) read its context as any span's.
+
+    It follows the SDK's span where a caller can tell: attributes and name may change until it
+    ends, an exception is an ``exception`` event with the SDK's attributes, a status of OK is
+    final and UNSET never overrides, and nothing changes after ``end``.
+    """
+
+    __slots__ = ("_on_end", "_name", "_context", "_parent", "_kind", "_attrs", "_start", "_end", "_status",
+                 "_events", "_links")  # fmt: skip
+
+    def __init__(
+        self,
+        on_end: Any,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        links: tuple[Any, ...],
+        start_ns: int,
+    ) -> None:
+        self._on_end = on_end
+        self._name = name
+        self._context = context
+        self._parent = parent
+        self._kind = kind
+        self._attrs = attributes
+        self._links = links
+        self._start = start_ns
+        self._end: int | None = None
+        self._status = Status(StatusCode.UNSET)
+        self._events: list[tuple[str, int, dict[str, Any]]] = []
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end is None
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        if self._end is None:
+            self._attrs.update(attributes)
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        if self._end is None:
+            self._attrs[key] = value
+
+    def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
+        if self._end is None:
+            self._events.append((name, timestamp or time.time_ns(), dict(attributes or {})))
+
+    def update_name(self, name: str) -> None:
+        if self._end is None:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._end is not None or self._status.status_code is StatusCode.OK:
+            return
+        new = status if isinstance(status, Status) else Status(status, description)
+        if new.status_code is not StatusCode.UNSET:
+            self._status = new
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        module, qualname = type(exception).__module__, type(exception).__qualname__
+        attrs: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        attrs.update(attributes or {})
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end is not None:
+            return
+        self._end = end_time or time.time_ns()
+        if not self._context.trace_flags.sampled:
+            return
+        ctx, parent = self._context, self._parent
+        self._on_end(
+            (
+                self._name,
+                ctx.trace_id,
+                ctx.span_id,
+                int(ctx.trace_flags),
+                tuple(ctx.trace_state.items()) if ctx.trace_state else (),
+                None if parent is None else (parent.span_id, parent.is_remote, int(parent.trace_flags)),
+                self._kind.value,
+                self._start,
+                self._end,
+                self._attrs,
+                self._status.status_code.value,
+                self._status.description,
+                tuple(self._events),
+                self._links,
+                ("ragline", None, None),
+            )
+        )
+
+
 class ProcessSpanProcessor(SpanProcessor):
     """Batches sampled, finished spans and sends them to a child process that exports them."""
 
@@ -141,6 +259,40 @@ class ProcessSpanProcessor(SpanProcessor):
         self._sender.start()
 
     # --- the request's side ---------------------------------------------------------------
+
+    def bind(self, sampler: Any, id_generator: Any) -> None:
+        """The provider's sampler and id generator, for ``start_span`` (``install_provider``)."""
+        self._sampler = sampler
+        self._ids = id_generator
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> trace.Span:
+        """A span as the SDK's tracer would start it (the provider's sampler decides, a valid
+        parent in ``context`` or the current one gives the trace), made as a ``RowSpan``; a
+        span the sampler drops is a non-recording span carrying the new context."""
+        parent = trace.get_current_span(context).get_span_context()
+        if not parent.is_valid:
+            trace_id = self._ids.generate_trace_id()
+            random_id = self._ids.is_trace_id_random()
+            parent_or_none = None
+        else:
+            trace_id, random_id, parent_or_none = parent.trace_id, parent.trace_flags.random_trace_id, parent
+        result = self._sampler.should_sample(context, trace_id, name, kind, attributes, ())
+        flags = TraceFlags.SAMPLED if result.decision.is_sampled() else TraceFlags.DEFAULT
+        if random_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        ctx = SpanContext(
+            trace_id, self._ids.generate_span_id(), False, TraceFlags(flags), result.trace_state
+        )
+        if not result.decision.is_recording():
+            return trace.NonRecordingSpan(ctx)
+        attrs = dict(result.attributes or {})  # as the SDK: what the sampler passed on (all, by default)
+        return RowSpan(self._enqueue, name, ctx, parent_or_none, kind, attrs, (), time.time_ns())
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         return

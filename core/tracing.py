@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import context, propagate, trace
+from opentelemetry import context as _context_api
 from opentelemetry.util.types import AttributeValue
 
 _tracer = trace.get_tracer("ragline")
@@ -50,8 +51,40 @@ def span(name: str, **attributes: AttributeValue) -> Iterator[trace.Span | None]
     if not recording():
         yield None
         return
-    with _tracer.start_as_current_span(name, attributes=attributes) as current:
+    with current_span(name, attributes=attributes) as current:
         yield current
+
+
+@contextmanager
+def current_span(
+    name: str,
+    *,
+    context: _context_api.Context | None = None,
+    kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+    attributes: Mapping[str, AttributeValue] | None = None,
+) -> Iterator[trace.Span]:
+    """``start_as_current_span`` of ragline's tracer: a span current inside the block (child of
+    ``context``'s span, or the current one), ended at its end, an escaping exception recorded
+    on it with status ERROR. Where ragline's own provider exports through its child process, a
+    ``RowSpan`` (core/span_export.py) that is queued as a row at its end; otherwise the SDK's."""
+    if _rows is None:
+        with _tracer.start_as_current_span(
+            name, context=context, kind=kind, attributes=attributes
+        ) as sdk_span:
+            yield sdk_span
+        return
+    made = _rows.start_span(name, context, kind, attributes)
+    token = _context_api.attach(trace.set_span_in_context(made))  # as use_span: on the current context
+    try:
+        yield made
+    except Exception as exc:  # as the SDK's use_span: Exception, not GeneratorExit and the like
+        if made.is_recording():
+            made.record_exception(exc, escaped=True)
+            made.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        _context_api.detach(token)
+        made.end()
 
 
 def stage_span(stage: str, started: float, **attributes: AttributeValue) -> None:
@@ -60,14 +93,14 @@ def stage_span(stage: str, started: float, **attributes: AttributeValue) -> None
     The stages already time themselves (``timings_ms``, Server-Timing); this is the same seam,
     turned into a span after the fact so the stage code stays as it is.
     """
-    if not recording():
+    current = trace.get_current_span()
+    if not current.is_recording():
         return
     end_ns = time.time_ns()
     start_ns = end_ns - int((time.perf_counter() - started) * 1e9)
     attrs = {"ragline.stage": stage, **attributes}
     if _rows is not None:
-        parent = trace.get_current_span().get_span_context()
-        _rows.finished(f"retrieve.{stage}", parent, start_ns, end_ns, attrs)
+        _rows.finished(f"retrieve.{stage}", current.get_span_context(), start_ns, end_ns, attrs)
         return
     _tracer.start_span(f"retrieve.{stage}", start_time=start_ns, attributes=attrs).end(end_time=end_ns)
 
@@ -116,7 +149,7 @@ def continued(name: str, headers: Mapping[str, str], **attributes: AttributeValu
     if not headers:
         yield
         return
-    with _tracer.start_as_current_span(
+    with current_span(
         name, context=propagate.extract(dict(headers)), kind=trace.SpanKind.SERVER, attributes=attributes
     ):
         yield
@@ -187,6 +220,7 @@ def install_provider(*, export_process: bool = True) -> None:
 
         global _rows
         processor = ProcessSpanProcessor(resource)
+        processor.bind(provider.sampler, provider.id_generator)
         provider.add_span_processor(processor)
         trace.set_tracer_provider(provider)
         _rows = processor

@@ -11,14 +11,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanContext, SpanKind, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from core.span_export import ProcessSpanProcessor, finished_row
+from core.span_export import ProcessSpanProcessor, RowSpan, finished_row
 from testkit.otlp import OtlpSink
 
 
@@ -153,3 +154,106 @@ def test_a_finished_row_exports_as_the_sdk_span_of_the_same_stage(
     assert len(dense) == 2 and dense[0] == dense[1]
     names = [s.name for s in sink.spans]
     assert "retrieve.sampled" in names and "retrieve.unsampled" not in names
+
+
+def test_a_row_span_exports_as_the_sdk_span_it_stands_for(sink: OtlpSink) -> None:
+    """The same calls on an SDK span and on a ``RowSpan`` with its context give the same
+    protobuf span: name changes, attributes, an exception event, status rules, end."""
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, _ = _provider(processor)
+    tracer = provider.get_tracer("ragline")
+    remote = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, True, TraceFlags(1))
+    error = ValueError("boom")
+
+    def use(span: trace.Span) -> None:
+        span.set_attribute("http.response.status_code", 500)
+        span.set_attributes({"ragline.results": 3, "ragline.stages": ("dense", "lexical")})
+        span.update_name("POST /v1/retrieve")
+        span.record_exception(error, timestamp=5_000, escaped=True)
+        span.set_status(StatusCode.UNSET)  # never overrides
+        span.set_status(Status(StatusCode.ERROR, "ValueError: boom"))
+        span.end(end_time=9_000)
+        span.set_attribute("after.end", 1)  # nothing changes once it ended
+        span.update_name("renamed")
+        span.end(end_time=10_000)
+
+    try:
+        sdk = tracer.start_span(
+            "POST",
+            context=trace.set_span_in_context(trace.NonRecordingSpan(remote)),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": "POST"},
+            start_time=1_000,
+        )
+        use(sdk)
+        row = RowSpan(
+            processor.on_end_row,
+            "POST",
+            sdk.get_span_context(),
+            remote,
+            SpanKind.SERVER,
+            {"http.request.method": "POST"},
+            (),
+            1_000,
+        )
+        use(row)
+        assert not row.is_recording()
+        assert processor.force_flush(10_000)
+    finally:
+        provider.shutdown()
+    got = [s for s in sink.spans if s.name == "POST /v1/retrieve"]
+    assert len(got) == 2 and got[0] == got[1]
+    assert got[0].parent_span_id == remote.span_id.to_bytes(8, "big")
+    assert [e.name for e in got[0].events] == ["exception"] and got[0].end_time_unix_nano == 9_000
+
+
+def test_current_spans_under_ragline_s_provider_are_rows_with_the_sdk_s_parents_and_sampling(
+    sink: OtlpSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tracing.current_span`` through ragline's own provider: the server span continues a
+    sampled ``traceparent``, ``retrieve`` is its child, another instrumentation's SDK span
+    (a statement) is the child of ``retrieve``, an escaping exception is recorded; an unsampled
+    ``traceparent`` records and exports nothing."""
+    from opentelemetry import propagate
+
+    from core import tracing
+
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, memory = _provider(processor)
+    processor.bind(provider.sampler, provider.id_generator)
+    monkeypatch.setattr(tracing, "_rows", processor)
+    statements = provider.get_tracer("opentelemetry.instrumentation.psycopg")
+    trace_hex, parent_hex = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    try:
+        with pytest.raises(RuntimeError, match="late"):
+            with tracing.current_span(
+                "GET",
+                context=propagate.extract({"traceparent": f"00-{trace_hex}-{parent_hex}-01"}),
+                kind=SpanKind.SERVER,
+                attributes={"http.request.method": "GET"},
+            ) as server:
+                assert isinstance(server, RowSpan) and tracing.recording()
+                assert tracing.current_trace_id() == trace_hex
+                with tracing.span("retrieve", **{"ragline.mode": "hybrid"}) as inner:
+                    assert isinstance(inner, RowSpan)
+                    statements.start_span("SELECT", kind=SpanKind.CLIENT).end()
+                raise RuntimeError("late")
+        with tracing.current_span(
+            "GET", context=propagate.extract({"traceparent": f"00-{'1' * 32}-{parent_hex}-00"})
+        ) as dropped:
+            assert not dropped.is_recording()
+            with tracing.span("retrieve") as nothing:
+                assert nothing is None
+        assert processor.force_flush(10_000)
+    finally:
+        provider.shutdown()
+    by_name = {s.name: s for s in sink.spans}
+    assert set(by_name) == {"GET", "retrieve", "SELECT"}  # nothing of the unsampled request
+    get, retrieve, select = by_name["GET"], by_name["retrieve"], by_name["SELECT"]
+    assert {s.trace_id.hex() for s in by_name.values()} == {trace_hex}
+    assert get.parent_span_id.hex() == parent_hex and get.kind == SpanKind.SERVER.value + 1  # OTLP's enum
+    assert retrieve.parent_span_id == get.span_id and select.parent_span_id == retrieve.span_id
+    assert get.status.code == StatusCode.ERROR.value and get.status.message == "RuntimeError: late"
+    assert [e.name for e in get.events] == ["exception"]
+    assert {kv.key: kv.value.string_value for kv in retrieve.attributes} == {"ragline.mode": "hybrid"}
+    assert [s.name for s in memory.get_finished_spans()] == ["SELECT"]  # the rows made no SDK span
