@@ -32,7 +32,8 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import IO, Any
 
 from opentelemetry import trace
@@ -129,7 +130,7 @@ class RowSpan(trace.Span):
     """
 
     __slots__ = ("_on_end", "_name", "_context", "_parent", "_kind", "_attrs", "_start", "_end", "_status",
-                 "_events", "_links")  # fmt: skip
+                 "_events", "_links", "_scope")  # fmt: skip
 
     def __init__(
         self,
@@ -141,8 +142,10 @@ class RowSpan(trace.Span):
         attributes: dict[str, Any],
         links: tuple[Any, ...],
         start_ns: int,
+        scope: tuple[str, str | None, str | None] = ("ragline", None, None),
     ) -> None:
         self._on_end = on_end
+        self._scope = scope
         self._name = name
         self._context = context
         self._parent = parent
@@ -223,9 +226,77 @@ class RowSpan(trace.Span):
                 self._status.description,
                 tuple(self._events),
                 self._links,
-                ("ragline", None, None),
+                self._scope,
             )
         )
+
+
+class RowTracer(trace.Tracer):
+    """A tracer of ``RowSpan``s for one instrumentation scope (``RowTracerProvider``)."""
+
+    def __init__(self, processor: ProcessSpanProcessor, scope: tuple[str, str | None, str | None]) -> None:
+        self._processor = processor
+        self._scope = scope
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[trace.Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        return self._processor.start_span(name, context, kind, attributes, links, start_time, self._scope)
+
+    @contextmanager
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[trace.Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
+        """As the SDK's: the span current inside the block (``use_span``, which records an
+        escaping exception and sets status ERROR), ended at its end."""
+        made = self.start_span(name, context, kind, attributes, links, start_time)
+        with trace.use_span(
+            made,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        ) as current:
+            yield current
+
+
+class RowTracerProvider(trace.TracerProvider):
+    """Tracers whose spans are rows of ``processor`` (its ``bind``: the SDK provider's sampler
+    and ids): handed to ragline's own spans and to the psycopg instrumentation's statement
+    spans, while the global provider stays the SDK's for everything else."""
+
+    def __init__(self, processor: ProcessSpanProcessor) -> None:
+        self._processor = processor
+        self._tracers: dict[tuple[str, str | None, str | None], RowTracer] = {}
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Attributes = None,
+    ) -> RowTracer:
+        scope = (instrumenting_module_name, instrumenting_library_version, schema_url)
+        tracer = self._tracers.get(scope)
+        if tracer is None:
+            tracer = self._tracers[scope] = RowTracer(self._processor, scope)
+        return tracer
 
 
 class ProcessSpanProcessor(SpanProcessor):
@@ -271,6 +342,9 @@ class ProcessSpanProcessor(SpanProcessor):
         context: Context | None = None,
         kind: SpanKind = SpanKind.INTERNAL,
         attributes: Mapping[str, AttributeValue] | None = None,
+        links: Sequence[trace.Link] | None = (),
+        start_time: int | None = None,
+        scope: tuple[str, str | None, str | None] = ("ragline", None, None),
     ) -> trace.Span:
         """A span as the SDK's tracer would start it (the provider's sampler decides, a valid
         parent in ``context`` or the current one gives the trace), made as a ``RowSpan``; a
@@ -282,7 +356,8 @@ class ProcessSpanProcessor(SpanProcessor):
             parent_or_none = None
         else:
             trace_id, random_id, parent_or_none = parent.trace_id, parent.trace_flags.random_trace_id, parent
-        result = self._sampler.should_sample(context, trace_id, name, kind, attributes, ())
+        links = links or ()
+        result = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
         flags = TraceFlags.SAMPLED if result.decision.is_sampled() else TraceFlags.DEFAULT
         if random_id:
             flags |= TraceFlags.RANDOM_TRACE_ID
@@ -292,7 +367,13 @@ class ProcessSpanProcessor(SpanProcessor):
         if not result.decision.is_recording():
             return trace.NonRecordingSpan(ctx)
         attrs = dict(result.attributes or {})  # as the SDK: what the sampler passed on (all, by default)
-        return RowSpan(self._enqueue, name, ctx, parent_or_none, kind, attrs, (), time.time_ns())
+        link_rows = tuple(
+            (c.trace_id, c.span_id, c.is_remote, int(c.trace_flags), dict(ln.attributes or {}))
+            for ln in links
+            for c in (ln.context,)
+        )
+        start_ns = time.time_ns() if start_time is None else start_time
+        return RowSpan(self._enqueue, name, ctx, parent_or_none, kind, attrs, link_rows, start_ns, scope)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         return

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 # nothing else: spans that are finished when made (stages, batches) then reach it as rows
 # (core/span_export.finished_row), skipping the SDK span object and its checks (~40 µs each).
 _rows: Any = None
+# With it: the tracer of ragline's own current spans and the provider the psycopg
+# instrumentation gets, both making core/span_export.RowSpan rows.
+_row_tracer: Any = None
+_row_provider: Any = None
 
 
 def tracer() -> trace.Tracer:
@@ -67,24 +71,9 @@ def current_span(
     ``context``'s span, or the current one), ended at its end, an escaping exception recorded
     on it with status ERROR. Where ragline's own provider exports through its child process, a
     ``RowSpan`` (core/span_export.py) that is queued as a row at its end; otherwise the SDK's."""
-    if _rows is None:
-        with _tracer.start_as_current_span(
-            name, context=context, kind=kind, attributes=attributes
-        ) as sdk_span:
-            yield sdk_span
-        return
-    made = _rows.start_span(name, context, kind, attributes)
-    token = _context_api.attach(trace.set_span_in_context(made))  # as use_span: on the current context
-    try:
+    tracer = _tracer if _row_tracer is None else _row_tracer
+    with tracer.start_as_current_span(name, context=context, kind=kind, attributes=attributes) as made:
         yield made
-    except Exception as exc:  # as the SDK's use_span: Exception, not GeneratorExit and the like
-        if made.is_recording():
-            made.record_exception(exc, escaped=True)
-            made.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        raise
-    finally:
-        _context_api.detach(token)
-        made.end()
 
 
 def stage_span(stage: str, started: float, **attributes: AttributeValue) -> None:
@@ -156,7 +145,7 @@ def continued(name: str, headers: Mapping[str, str], **attributes: AttributeValu
 
 
 # Set by enable_database_spans: instruments a new connection (opentelemetry-instrumentation-psycopg).
-_instrument_connection: Callable[[Any], Any] | None = None
+_instrument_connection: Callable[..., Any] | None = None
 
 
 def enable_database_spans() -> bool:
@@ -182,7 +171,7 @@ def disable_database_spans() -> None:
 def trace_connection(conn: Any) -> None:
     """Give a new connection statement spans when they are on (a pool's ``configure`` hook)."""
     if _instrument_connection is not None:
-        _instrument_connection(conn)
+        _instrument_connection(conn, tracer_provider=_row_provider)  # None: the global provider
 
 
 @contextmanager
@@ -216,14 +205,16 @@ def install_provider(*, export_process: bool = True) -> None:
     # flushed and shut down at exit
     provider = TracerProvider(resource=resource, sampler=_no_statement_roots())
     if name == "otlp" and export_process:
-        from core.span_export import ProcessSpanProcessor
+        from core.span_export import ProcessSpanProcessor, RowTracerProvider
 
-        global _rows
+        global _rows, _row_tracer, _row_provider
         processor = ProcessSpanProcessor(resource)
         processor.bind(provider.sampler, provider.id_generator)
         provider.add_span_processor(processor)
         trace.set_tracer_provider(provider)
         _rows = processor
+        _row_provider = RowTracerProvider(processor)
+        _row_tracer = _row_provider.get_tracer("ragline")
         log.info("tracing on: exporter otlp, in a child process")
         return
     exporter: SpanExporter

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from core.span_export import ProcessSpanProcessor, RowSpan, finished_row
+from core.span_export import ProcessSpanProcessor, RowSpan, RowTracerProvider, finished_row
 from testkit.otlp import OtlpSink
 
 
@@ -211,9 +211,10 @@ def test_current_spans_under_ragline_s_provider_are_rows_with_the_sdk_s_parents_
     sink: OtlpSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``tracing.current_span`` through ragline's own provider: the server span continues a
-    sampled ``traceparent``, ``retrieve`` is its child, another instrumentation's SDK span
-    (a statement) is the child of ``retrieve``, an escaping exception is recorded; an unsampled
-    ``traceparent`` records and exports nothing."""
+    sampled ``traceparent``, ``retrieve`` is its child, a statement span of the row tracer the
+    psycopg instrumentation gets is the child of ``retrieve`` (in its own scope), an SDK span of
+    the global provider is the statement's child, an escaping exception is recorded; an
+    unsampled ``traceparent`` records and exports nothing."""
     from opentelemetry import propagate
 
     from core import tracing
@@ -221,8 +222,11 @@ def test_current_spans_under_ragline_s_provider_are_rows_with_the_sdk_s_parents_
     processor = ProcessSpanProcessor(RESOURCE)
     provider, memory = _provider(processor)
     processor.bind(provider.sampler, provider.id_generator)
+    rows = RowTracerProvider(processor)
     monkeypatch.setattr(tracing, "_rows", processor)
-    statements = provider.get_tracer("opentelemetry.instrumentation.psycopg")
+    monkeypatch.setattr(tracing, "_row_tracer", rows.get_tracer("ragline"))
+    statements = rows.get_tracer("opentelemetry.instrumentation.psycopg", "0.66b1", "https://schema/1")
+    other = provider.get_tracer("another.instrumentation")  # the global SDK provider's spans
     trace_hex, parent_hex = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
     try:
         with pytest.raises(RuntimeError, match="late"):
@@ -236,7 +240,9 @@ def test_current_spans_under_ragline_s_provider_are_rows_with_the_sdk_s_parents_
                 assert tracing.current_trace_id() == trace_hex
                 with tracing.span("retrieve", **{"ragline.mode": "hybrid"}) as inner:
                     assert isinstance(inner, RowSpan)
-                    statements.start_span("SELECT", kind=SpanKind.CLIENT).end()
+                    with statements.start_as_current_span("SELECT", kind=SpanKind.CLIENT) as select:
+                        assert isinstance(select, RowSpan)
+                        other.start_span("inside").end()
                 raise RuntimeError("late")
         with tracing.current_span(
             "GET", context=propagate.extract({"traceparent": f"00-{'1' * 32}-{parent_hex}-00"})
@@ -248,12 +254,21 @@ def test_current_spans_under_ragline_s_provider_are_rows_with_the_sdk_s_parents_
     finally:
         provider.shutdown()
     by_name = {s.name: s for s in sink.spans}
-    assert set(by_name) == {"GET", "retrieve", "SELECT"}  # nothing of the unsampled request
+    assert set(by_name) == {"GET", "retrieve", "SELECT", "inside"}  # nothing of the unsampled request
     get, retrieve, select = by_name["GET"], by_name["retrieve"], by_name["SELECT"]
+    assert by_name["inside"].parent_span_id == select.span_id
+    scopes = {
+        s.name: (ss.scope.name, ss.scope.version, ss.schema_url)
+        for rs in sink.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    }
+    assert scopes["SELECT"] == ("opentelemetry.instrumentation.psycopg", "0.66b1", "https://schema/1")
+    assert scopes["GET"] == ("ragline", "", "")
     assert {s.trace_id.hex() for s in by_name.values()} == {trace_hex}
     assert get.parent_span_id.hex() == parent_hex and get.kind == SpanKind.SERVER.value + 1  # OTLP's enum
     assert retrieve.parent_span_id == get.span_id and select.parent_span_id == retrieve.span_id
     assert get.status.code == StatusCode.ERROR.value and get.status.message == "RuntimeError: late"
     assert [e.name for e in get.events] == ["exception"]
     assert {kv.key: kv.value.string_value for kv in retrieve.attributes} == {"ragline.mode": "hybrid"}
-    assert [s.name for s in memory.get_finished_spans()] == ["SELECT"]  # the rows made no SDK span
+    assert [s.name for s in memory.get_finished_spans()] == ["inside"]  # the rows made no SDK span
