@@ -272,3 +272,17 @@ def test_current_spans_under_ragline_s_provider_are_rows_with_the_sdk_s_parents_
     assert [e.name for e in get.events] == ["exception"]
     assert {kv.key: kv.value.string_value for kv in retrieve.attributes} == {"ragline.mode": "hybrid"}
     assert [s.name for s in memory.get_finished_spans()] == ["inside"]  # the rows made no SDK span
+
+
+def test_the_exporter_child_runs_below_the_server_s_priority(sink: OtlpSink) -> None:
+    import psutil
+
+    from core.span_export import EXPORT_NICE
+
+    processor = ProcessSpanProcessor(RESOURCE)
+    try:
+        assert processor.force_flush(10_000)  # the child has read its first frames: niced by then
+        own = psutil.Process().nice()
+        assert psutil.Process(processor._child.pid).nice() == min(own + EXPORT_NICE, 19)
+    finally:
+        processor.shutdown()
