@@ -63,30 +63,59 @@ def _env_number(name: str, default: int) -> int:
 
 def _row(span: ReadableSpan) -> tuple[Any, ...]:
     """A finished span as the plain values ``marshal`` can write (the child's ``_span`` reads them)."""
-    ctx = span.context
-    parent = span.parent
     scope = span.instrumentation_scope
-    status = span.status
-    return (
+    return _make_row(
         span.name,
+        span.context,
+        span.parent,
+        span.kind,
+        span.start_time or 0,
+        span.end_time or 0,
+        dict(span.attributes or {}),
+        span.status,
+        tuple((e.name, e.timestamp, dict(e.attributes or {})) for e in span.events),
+        _link_rows(span.links),
+        None if scope is None else (scope.name, scope.version, scope.schema_url),
+    )
+
+
+def _make_row(
+    name: str,
+    ctx: SpanContext,
+    parent: SpanContext | None,
+    kind: SpanKind,
+    start_ns: int,
+    end_ns: int,
+    attributes: dict[str, Any],
+    status: Status,
+    events: tuple[Any, ...],
+    links: tuple[Any, ...],
+    scope: tuple[str, str | None, str | None] | None,
+) -> tuple[Any, ...]:
+    return (
+        name,
         ctx.trace_id,
         ctx.span_id,
         int(ctx.trace_flags),
         tuple(ctx.trace_state.items()) if ctx.trace_state else (),
         None if parent is None else (parent.span_id, parent.is_remote, int(parent.trace_flags)),
-        span.kind.value,
-        span.start_time,
-        span.end_time,
-        dict(span.attributes or {}),
+        kind.value,
+        start_ns,
+        end_ns,
+        attributes,
         status.status_code.value,
         status.description,
-        tuple((e.name, e.timestamp, dict(e.attributes or {})) for e in span.events),
-        tuple(
-            (c.trace_id, c.span_id, c.is_remote, int(c.trace_flags), dict(ln.attributes or {}))
-            for ln in span.links
-            for c in (ln.context,)
-        ),
-        None if scope is None else (scope.name, scope.version, scope.schema_url),
+        events,
+        links,
+        scope,
+    )
+
+
+def _link_rows(links: Sequence[trace.Link]) -> tuple[Any, ...]:
+    return tuple(
+        (c.trace_id, c.span_id, c.is_remote, int(c.trace_flags), dict(ln.attributes or {}))
+        for ln in links
+        for c in (ln.context,)
     )
 
 
@@ -210,21 +239,16 @@ class RowSpan(trace.Span):
         self._end = end_time or time.time_ns()
         if not self._context.trace_flags.sampled:
             return
-        ctx, parent = self._context, self._parent
         self._on_end(
-            (
+            _make_row(
                 self._name,
-                ctx.trace_id,
-                ctx.span_id,
-                int(ctx.trace_flags),
-                tuple(ctx.trace_state.items()) if ctx.trace_state else (),
-                None if parent is None else (parent.span_id, parent.is_remote, int(parent.trace_flags)),
-                self._kind.value,
+                self._context,
+                self._parent,
+                self._kind,
                 self._start,
                 self._end,
                 self._attrs,
-                self._status.status_code.value,
-                self._status.description,
+                self._status,
                 tuple(self._events),
                 self._links,
                 self._scope,
@@ -368,13 +392,9 @@ class ProcessSpanProcessor(SpanProcessor):
         if not result.decision.is_recording():
             return trace.NonRecordingSpan(ctx)
         attrs = dict(result.attributes or {})  # as the SDK: what the sampler passed on (all, by default)
-        link_rows = tuple(
-            (c.trace_id, c.span_id, c.is_remote, int(c.trace_flags), dict(ln.attributes or {}))
-            for ln in links
-            for c in (ln.context,)
-        )
         start_ns = time.time_ns() if start_time is None else start_time
-        return RowSpan(self._enqueue, name, ctx, parent_or_none, kind, attrs, link_rows, start_ns, scope)
+        links_row = _link_rows(links)
+        return RowSpan(self._enqueue, name, ctx, parent_or_none, kind, attrs, links_row, start_ns, scope)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         return
