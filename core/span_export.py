@@ -4,8 +4,9 @@ outside the server's interpreter (and its GIL).
 The SDK's ``BatchSpanProcessor`` encodes every span to protobuf and posts it from a thread of
 the serving process: about 40 µs of a request's GIL time per span, paid by whichever requests
 are in flight when the batch goes out. ``ProcessSpanProcessor`` keeps the request's side to a
-list append; a sender thread turns each batch into plain tuples once a schedule delay
-(``marshal``, a few µs a span) and writes it to a pipe; the child (``python -m
+queue append: ragline's own spans are rows (plain tuples: ``RowSpan``, ``finished_row``)
+marshalled as they end, about 1 µs each, an SDK span is queued as it is; a sender thread
+marshals what is not yet bytes once a schedule delay and writes the batch to a pipe; the child (``python -m
 core.span_export``) rebuilds the SDK's ``ReadableSpan`` objects and hands them to the standard
 ``OTLPSpanExporter``, which reads its endpoint, headers, timeout and compression from the
 ``OTEL_EXPORTER_OTLP_*`` variables as it would in-process. What reaches the collector is the
@@ -332,7 +333,7 @@ class ProcessSpanProcessor(SpanProcessor):
         self._max_queue = _env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
         self._max_batch = _env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
         self._timeout_s = _env_number("OTEL_BSP_EXPORT_TIMEOUT", 30000) / 1000
-        self._queue: deque[ReadableSpan | tuple[Any, ...]] = deque()  # append and popleft are atomic: no lock
+        self._queue: deque[ReadableSpan | bytes] = deque()  # append and popleft are atomic: no lock
         self._lock = threading.Lock()  # one writer on the pipe at a time
         self._wake = threading.Event()
         self._acked = threading.Condition()
@@ -394,7 +395,7 @@ class ProcessSpanProcessor(SpanProcessor):
         attrs = dict(result.attributes or {})  # as the SDK: what the sampler passed on (all, by default)
         start_ns = time.time_ns() if start_time is None else start_time
         links_row = _link_rows(links)
-        return RowSpan(self._enqueue, name, ctx, parent_or_none, kind, attrs, links_row, start_ns, scope)
+        return RowSpan(self.on_end_row, name, ctx, parent_or_none, kind, attrs, links_row, start_ns, scope)
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         return
@@ -404,8 +405,11 @@ class ProcessSpanProcessor(SpanProcessor):
             self._enqueue(span)
 
     def on_end_row(self, row: tuple[Any, ...]) -> None:
-        """``on_end`` for a span already made a row (``finished_row``)."""
-        self._enqueue(row)
+        """``on_end`` for a span already made a row (``finished_row``, a ``RowSpan``'s end): it
+        is queued marshalled (about 1 µs), so the queue holds bytes that the garbage collector
+        does not track rather than containers that would live through its generations until
+        the next send."""
+        self._enqueue(marshal.dumps(row))
 
     def finished(
         self, name: str, parent: SpanContext, start_ns: int, end_ns: int, attributes: dict[str, Any]
@@ -414,9 +418,9 @@ class ProcessSpanProcessor(SpanProcessor):
         span id; nothing when the parent is not sampled (the SDK would not export it either)."""
         if parent.trace_flags.sampled:
             span_id = random.getrandbits(64) or 1
-            self._enqueue(finished_row(name, parent, span_id, start_ns, end_ns, attributes))
+            self.on_end_row(finished_row(name, parent, span_id, start_ns, end_ns, attributes))
 
-    def _enqueue(self, item: ReadableSpan | tuple[Any, ...]) -> None:
+    def _enqueue(self, item: ReadableSpan | bytes) -> None:
         queue = self._queue
         if self._closed:
             return
@@ -440,7 +444,7 @@ class ProcessSpanProcessor(SpanProcessor):
         with self._lock:
             while queue and not self._broken:
                 batch = [queue.popleft() for _ in range(min(len(queue), self._max_batch))]
-                self._write(_SPANS, [s if isinstance(s, tuple) else _row(s) for s in batch])
+                self._write(_SPANS, [s if isinstance(s, bytes) else marshal.dumps(_row(s)) for s in batch])
 
     def _write(self, kind: int, payload: Any) -> None:
         data = marshal.dumps((kind, payload))
@@ -562,7 +566,7 @@ def main() -> None:
             resource = Resource(attrs, schema_url)
         elif kind == _SPANS:
             try:
-                exporter.export([_span(row, resource) for row in payload])
+                exporter.export([_span(marshal.loads(row), resource) for row in payload])
             except Exception:  # a collector that is down must not end the exporter
                 log.exception("export failed: %d spans dropped", len(payload))
         elif kind == _FLUSH:
