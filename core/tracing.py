@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opentelemetry import context, propagate, trace
@@ -59,21 +59,19 @@ def span(name: str, **attributes: AttributeValue) -> Iterator[trace.Span | None]
         yield current
 
 
-@contextmanager
 def current_span(
     name: str,
     *,
     context: _context_api.Context | None = None,
     kind: trace.SpanKind = trace.SpanKind.INTERNAL,
     attributes: Mapping[str, AttributeValue] | None = None,
-) -> Iterator[trace.Span]:
+) -> AbstractContextManager[trace.Span]:
     """``start_as_current_span`` of ragline's tracer: a span current inside the block (child of
     ``context``'s span, or the current one), ended at its end, an escaping exception recorded
     on it with status ERROR. Where ragline's own provider exports through its child process, a
     ``RowSpan`` (core/span_export.py) that is queued as a row at its end; otherwise the SDK's."""
     tracer = _tracer if _row_tracer is None else _row_tracer
-    with tracer.start_as_current_span(name, context=context, kind=kind, attributes=attributes) as made:
-        yield made
+    return tracer.start_as_current_span(name, context=context, kind=kind, attributes=attributes)
 
 
 def stage_span(stage: str, started: float, **attributes: AttributeValue) -> None:
