@@ -6,7 +6,9 @@ proof the spans left the server).
 Run: ``python -m bench.tracing --chunks 20000 --rate 20 --duration 15``; with ``--paired 80``,
 instead, one traced server per export variant (in-process, child process) and the server's CPU
 per request of sampled against unsampled blocks of sequential requests, paired within the
-process (``--pairs``).
+process (``--pairs``). With ``--side-by-side``, each round runs the off and the on server at once
+on the same arrival schedule, and reports the geometric mean of the per-round ratios with a
+bootstrap interval over rounds.
 
 Uses ``bench.retrieve``'s synthetic catalog, index and server; the load generator and the sink
 share the machine with the server, so their CPU counts against the latencies.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import statistics
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
@@ -92,6 +96,13 @@ def _args() -> argparse.Namespace:
         "flag); the server's CPU per request, paired per block (immune to start-to-start drift)",
     )
     p.add_argument("--pairs", type=int, default=8, help="sampled/unsampled block pairs of --paired")
+    p.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="each round runs the off and the on server at once, each at --rate on the same "
+        "arrival schedule and queries: both see the same machine (other work, thermal state) "
+        "at the same moments, and rounds give fresh servers (start-to-start drift)",
+    )
     return p.parse_args()
 
 
@@ -164,6 +175,94 @@ def _paired(
     )  # fmt: skip
 
 
+async def _side_by_side_round(
+    bases: dict[str, str], pids: dict[str, int], token: str, queries: list[str], load: LoadConfig
+) -> dict[str, LoadResult]:
+    """One rate against every server at once: the same arrivals (seed) and query sequence each."""
+
+    async def one(name: str) -> LoadResult:
+        request = retrieve_requests(queries, token, top_k=8, mode="hybrid", rerank=False)
+        pid = pids[name]
+        counters = {
+            "server": lambda: _cpu_seconds(pid, children=False) * 1000,
+            "children": lambda: (_cpu_seconds(pid) - _cpu_seconds(pid, children=False)) * 1000,
+        }
+        return (await run_rates(bases[name], request, [load], counters=counters))[0]
+
+    got = await asyncio.gather(*(one(name) for name in bases))
+    return dict(zip(bases, got, strict=True))
+
+
+def _geometric_interval(ratios: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """The geometric mean of per-round ratios and its 95% percentile bootstrap interval
+    (rounds resampled, 2,000 times)."""
+    logs = np.log(np.asarray(ratios))
+    rng = np.random.default_rng(seed)
+    means = logs[rng.integers(0, len(logs), size=(2000, len(logs)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(np.exp(logs.mean())), float(np.exp(lo)), float(np.exp(hi))
+
+
+def _side_by_side(
+    args: argparse.Namespace,
+    url: str,
+    token: str,
+    queries: list[str],
+    tmp: Path,
+    variants: dict[str, dict[str, str]],
+) -> None:
+    load = LoadConfig(rate=args.rate, duration_s=args.duration, warmup_s=args.warmup, seed=3)
+    rounds: list[dict[str, LoadResult]] = []
+    for round_no in range(1, args.rounds + 1):
+        # Which server starts first alternates: the second one starts on a warmer machine.
+        order = list(variants.items()) if round_no % 2 else list(reversed(variants.items()))
+        with contextlib.ExitStack() as stack:
+            bases, pids = {}, {}
+            for name, env in order:
+                bases[name], pids[name] = stack.enter_context(server(url, tmp, env_extra=env))
+            rounds.append(asyncio.run(_side_by_side_round(bases, pids, token, queries, load)))
+        r = rounds[-1]
+        print(
+            f"round {round_no}: p95 off {r['off'].p95_ms:.1f} on {r['on'].p95_ms:.1f}"
+            f" (x{r['on'].p95_ms / r['off'].p95_ms:.3f}), CPU ms/req off"
+            f" {r['off'].per_request['server']:.2f} on {r['on'].per_request['server']:.2f}",
+            flush=True,
+        )
+    print(
+        f"\nside by side: HTTP retrieve, hybrid, {args.chunks:,} chunks, {args.rate:g} req/s to each"
+        f" server at once, {args.duration:g}s per round"
+    )
+    rows = []
+    for n, r in enumerate(rounds, 1):
+        rows += [
+            [
+                k,
+                n,
+                x.sent,
+                x.ok,
+                f"{x.p50_ms:.1f}",
+                f"{x.p95_ms:.1f}",
+                f"{x.p99_ms:.1f}",
+                f"{x.per_request['server']:.2f}",
+                f"{x.per_request['children']:.2f}",
+            ]  # fmt: skip
+            for k, x in r.items()
+        ]
+    print_table(
+        ["tracing", "round", "sent", "ok", "p50 ms", "p95 ms", "p99 ms", "CPU ms/req", "+children"], rows
+    )
+    for field in ("p50_ms", "p95_ms", "p99_ms"):
+        ratios = [getattr(r["on"], field) / getattr(r["off"], field) for r in rounds]
+        mean, lo, hi = _geometric_interval(ratios)
+        print(
+            f"{field[:3]} on/off: geometric mean {mean:.3f} [95% {lo:.3f}, {hi:.3f}],"
+            f" median {statistics.median(ratios):.3f}, per round " + ", ".join(f"{x:.2f}" for x in ratios)
+        )
+    cpu = [r["on"].per_request["server"] - r["off"].per_request["server"] for r in rounds]
+    print(f"server CPU on - off, ms/req: median {statistics.median(cpu):+.2f}, per round "
+          + ", ".join(f"{x:+.2f}" for x in cpu))  # fmt: skip
+
+
 def main() -> None:
     args = _args()
     port, exports, received = mp.Value("i", 0), mp.Value("q", 0), mp.Value("q", 0)
@@ -192,6 +291,11 @@ def main() -> None:
                 **dict(kv.split("=", 1) for kv in args.on_env),
             },
         }
+        if args.side_by_side:
+            _side_by_side(args, url, token, list(queries), tmp, variants)
+            sink.terminate()
+            print(f"OTLP exports received: {exports.value} ({received.value:,} bytes)")
+            return
         for round_no in range(1, args.rounds + 1):
             # Alternate which goes first, so a warming (or cooling) machine favours neither.
             order = list(variants.items()) if round_no % 2 else list(reversed(variants.items()))
