@@ -2,7 +2,8 @@
 
 Run: ``python -m bench.retrieve --chunks 100000 --rates 5,10,20 --duration 20``; with
 ``--query-precisions fp32,int8`` one server per query encoder precision, in turn, same corpus;
-``--stacks asyncio/h11,uvloop/httptools`` likewise per uvicorn event loop / HTTP parser, and
+``--stacks asyncio/h11,uvloop/httptools`` likewise per uvicorn event loop / HTTP parser,
+``--workers 1,2`` per number of worker processes, and
 ``--rounds N`` runs the whole list of servers N times, alternating (host speed drifts).
 
 Goal (from the issue): p95 <= 50 ms at 20 requests/s on 2 CPU cores, hybrid without rerank,
@@ -340,7 +341,11 @@ def _args() -> argparse.Namespace:
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--arrival", choices=["poisson", "fixed"], default="poisson")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    p.add_argument(
+        "--workers",
+        default="1",
+        help="uvicorn worker processes; comma-separated (1,2), one server each in turn",
+    )
     p.add_argument("--rerank-model", type=Path, help="a cross-encoder folder: measure hybrid + rerank")
     p.add_argument("--rerank-candidates", type=int, default=20, help="fused candidates reranked per query")
     p.add_argument(
@@ -432,19 +437,20 @@ def main() -> None:
         )
         runs = []
         variants = [
-            (precision, *stack.split("/", 1))
+            (int(workers), precision, *stack.split("/", 1))
+            for workers in args.workers.split(",")
             for precision in args.query_precisions.split(",")
             for stack in args.stacks.split(",")
         ]
         for round_ in range(1, args.rounds + 1):
-            for precision, loop, http in variants:
+            for workers, precision, loop, http in variants:
                 extra = {
                     "RAGLINE_EMBEDDING_QUERY_PRECISION": precision,
                     "RAGLINE_API__LOOP": loop,
                     "RAGLINE_API__HTTP": http,
                 }
-                label = f"query encoder {precision}, {loop}/{http}, round {round_}"
-                runs.append((label, *_measure(args, url, tmp, queries, token, rerank, rates, extra)))
+                label = f"{workers} worker(s), query encoder {precision}, {loop}/{http}, round {round_}"
+                runs.append((label, *_measure(args, url, tmp, queries, token, rerank, rates, extra, workers)))
     mode = f"rerank of the top {args.rerank_candidates}" if rerank else "no rerank"
     print(
         f"\nhybrid, {mode}, top_k={args.top_k}, {args.chunks:,} chunks, {args.arrival} arrivals, "
@@ -465,10 +471,11 @@ def _measure(
     rerank: dict[str, str] | None,
     rates: Sequence[float],
     extra: dict[str, str],
+    workers: int = 1,
 ) -> tuple[list[LoadResult], str]:
     """One server with ``extra`` settings, every rate, then the sequential probe."""
     t = time.perf_counter()
-    with server(url, tmp, args.workers, rerank, env_extra=extra) as (base, pid):
+    with server(url, tmp, workers, rerank, env_extra=extra) as (base, pid):
         print(f"server ready in {time.perf_counter() - t:.1f}s ({extra})")
         request = retrieve_requests(
             queries, token, top_k=args.top_k, mode="hybrid", rerank=rerank is not None
@@ -530,7 +537,7 @@ def _cold(args: argparse.Namespace, tmp: Path, corpus: Corpus, token: str, rate:
     for warm in phases:
         phase = cold.run_phase(
             warm, cluster=cluster, roots=[cluster.pgdata, tmp / "indexes"],
-            start_server=lambda env: server(url, tmp, args.workers, env_extra=env),
+            start_server=lambda env: server(url, tmp, int(args.workers.split(",")[0]), env_extra=env),
             request=request, windows=windows, server_timings=server_timings,
             check=lambda base: _check(base, request(0)), probe=args.cold_probe,
         )  # fmt: skip
