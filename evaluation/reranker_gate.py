@@ -28,13 +28,11 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from authz.acl import AclFilter
-from catalog import indexes
-from catalog.connect import migrated_url
 from core.errors import InvalidInputError
 from core.ir_metrics import doc_scores_from_chunks, ndcg_at_k
 from core.settings import Settings
 from evaluation import cv
-from evaluation.tuning import JudgedQuery, judged_queries
+from evaluation.tuning import JudgedQuery, judged_set
 from index.embedder import Embedder
 from retrieve.service import RerankChoice, RetrieveRequest, RetrieveResult, SearchService
 from services.caller import Caller
@@ -125,25 +123,18 @@ def gate(
         InvalidInputError: no source named, no model folder, fewer than ``MIN_QUERIES``
             judged queries, or no index version behind the alias searched.
     """
-    if dataset is None and not from_feedback:
-        raise InvalidInputError("the gate needs judged queries: --dataset DIR and/or --from-feedback")
     if not model.is_dir():
         raise InvalidInputError(f"no reranker model folder at {model}")
     path = str(model.resolve())
-    url = migrated_url(settings)
     started = time.monotonic()
-    queries, sources, alias, embedder = judged_queries(
-        settings, url, tenant, dataset=dataset, from_feedback=from_feedback, split=split,
-        use_ray=use_ray, embedder=embedder,
+    judged = judged_set(
+        settings, tenant, command="gate", dataset=dataset, from_feedback=from_feedback, split=split,
+        use_ray=use_ray, embedder=embedder, minimum=MIN_QUERIES, fewer=str(MIN_QUERIES),
     )  # fmt: skip
-    if len(queries) < MIN_QUERIES:
-        raise InvalidInputError(f"tenant {tenant}: {len(queries)} judged queries, fewer than {MIN_QUERIES}")
-    with psycopg.connect(url) as conn:
-        if indexes.resolve_alias(conn, alias=alias) is None:
-            raise InvalidInputError(f"no index version behind alias {alias!r} to gate on")
+    url, queries, sources = judged.url, judged.queries, judged.sources
     prepared = time.monotonic()
     pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
-    service, close = build_search_service(settings, pool, embedder, alias=alias, watch=False)
+    service, close = build_search_service(settings, pool, judged.embedder, alias=judged.alias, watch=False)
     scorer = load_batching_reranker(settings, path)
     try:
         choice = RerankChoice(scorer, model.name)

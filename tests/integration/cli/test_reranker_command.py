@@ -15,14 +15,9 @@ from catalog.principals import ensure_tenant
 from cli.main import main
 from cli.reranker import format_gate
 from evaluation.reranker_gate import GateReport
+from tests.integration.cli.test_read_commands import _run
 
 pytestmark = pytest.mark.integration
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_gate_without_enough_judged_queries_is_a_usage_error(

@@ -116,6 +116,9 @@ def test_a_failed_gate_stays_off_and_a_passed_one_reranks_its_tenant_only(
             {"stage": "rerank", "reason": "the tenant's reranker is off (ragline reranker gate)"}
         ]
         assert _ask(service, "ta", False).reranker is None  # the request's own "rerank": false
+        # What ``ragline eval``'s hybrid+rerank mode asks before it runs.
+        assert service.rerank_choice("ta").name == "neutral-rr"
+        assert service.rerank_choice("tb", True).scorer is None
 
         # Turned off: the next retrieve of this node sees it (the 'reranker' change).
         with psycopg.connect(db_url) as conn:
