@@ -46,7 +46,7 @@ class Scorer(Protocol):
     ) -> list[float]: ...
 
 
-class RerankerModels(Protocol):
+class TenantModels(Protocol):
     """Tenants' gated rerankers by model folder, loaded on first use (``rerank.models``)."""
 
     def get(self, model: str) -> Scorer: ...
@@ -179,7 +179,7 @@ class SearchService:
         config: SearchConfig,
         reranker: Scorer | None = None,
         shards: RemoteShards | None = None,
-        tenant_rerankers: RerankerModels | None = None,
+        tenant_rerankers: TenantModels | None = None,
     ) -> None:
         """``reranker``: the server's own, for tenants without a reranker row of their own;
         ``tenant_rerankers``: the models of tenants' gated rerankers (``catalog.rerankers``);
