@@ -101,6 +101,22 @@ ACTIONS: Mapping[str, Shape] = {
         "interval",
         "sources",
     ),
+    # ``ragline reranker gate``: the model, whether it is on now, forced off, and the gate's
+    # numbers (nDCG@10 without/with, the mean difference and its 95% interval, queries).
+    "reranker.gate": _write(
+        "tenant id",
+        "model",
+        "enabled",
+        "passed",
+        "forced_off",
+        "ndcg_without",
+        "ndcg_with",
+        "ndcg_difference",
+        "interval",
+        "queries",
+        "sources",
+    ),  # fmt: skip
+    "reranker.off": _write("tenant id", "model", "had_row"),  # ``ragline reranker off``
     "feedback.record": _write("request id", "feedback_id", "grade", "by"),
     "console.search_as": _write("principal id"),
     "console.explain": _write("principal id"),

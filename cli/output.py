@@ -19,6 +19,21 @@ def operator() -> str:
     return f"operator:{getpass.getuser()}"
 
 
+def at_least(low: int) -> type[int]:
+    """An argparse ``type``: an int no lower than ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an int: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+
+    return parse  # type: ignore[return-value]
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 

@@ -36,6 +36,7 @@ def _status(args: argparse.Namespace) -> int:
     import psycopg
 
     from catalog.connect import migrated_url
+    from services.rerankers import tenant_rerankers
     from services.status import fusion_by_tenant
     from wiring.search import fusion_config
     from wiring.status import deployment_status
@@ -46,12 +47,45 @@ def _status(args: argparse.Namespace) -> int:
         fusion = [
             {"tenant_id": t, **f.describe()} for t, f in fusion_by_tenant(conn, fusion_config(settings))
         ]
+        rerankers = [asdict(r) for r in tenant_rerankers(conn)]
     if args.json:
-        print_json({**asdict(report), "fusion": fusion})
+        print_json({**asdict(report), "fusion": fusion, "rerankers": rerankers})
         return 0
     print_rows(_summary(report), ("item", "value"), as_json=False, title="status")
     _tables(report, fusion)
+    _rerankers(rerankers, settings.rerank.model)
     return 0
+
+
+def _rerankers(rows: list[dict[str, Any]], server_model: str | None) -> None:
+    """Each tenant's own reranker: its model, on or off, and its last gate's numbers."""
+    print_rows(
+        [
+            {
+                "tenant": r["tenant_id"],
+                "model": r["model"] or "(none)",
+                "enabled": "on" if r["enabled"] else "off",
+                "gate": _gate_cell(r["gate"]),
+                "decided": f"{r['decided_at']:%Y-%m-%d %H:%M:%S} by {r['decided_by']}",
+            }
+            for r in rows
+        ],
+        ("tenant", "model", "enabled", "gate", "decided"),
+        as_json=False,
+        title=f"rerankers (a tenant without a row: the server's, {server_model or 'none'})",
+    )
+
+
+def _gate_cell(gate: dict[str, Any] | None) -> str:
+    if gate is None:
+        return "turned off, no gate"
+    lo, hi = gate["interval"]
+    verdict = "passed" if gate["passed"] else "failed"
+    forced = ", forced off" if gate.get("forced_off") else ""
+    return (
+        f"{verdict}{forced}: nDCG@10 {gate['ndcg_without']:.4f} -> {gate['ndcg_with']:.4f}"
+        f" ({gate['ndcg_difference']:+.4f}, 95% {lo:+.4f}..{hi:+.4f}), {gate['queries']} queries"
+    )
 
 
 def _summary(report: StatusReport) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.output import add_json_flag, operator, print_json
+from cli.output import add_json_flag, at_least, operator, print_json
 from core.settings import get_settings
 from services.caller import Caller
 
@@ -24,25 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     tu.add_argument("--dataset", type=Path, help="a BEIR-layout collection, ingested into the tenant")
     tu.add_argument("--from-feedback", action="store_true", help="the tenant's feedback as judgements")
     tu.add_argument("--apply", action="store_true", help="apply the winner even if its interval includes 0")
-    tu.add_argument("--folds", type=_at_least(2), default=5)
+    tu.add_argument("--folds", type=at_least(2), default=5)
     tu.add_argument("--seed", type=int, default=0, help="the folds' shuffle and the bootstrap's")
-    tu.add_argument("--top-k", type=_at_least(100), default=100, help="results per scored request (>= 100)")
+    tu.add_argument("--top-k", type=at_least(100), default=100, help="results per scored request (>= 100)")
     tu.add_argument("--split", default="test", help="the dataset's qrels split")
     add_json_flag(tu)
     tu.set_defaults(handler=_tune)
-
-
-def _at_least(low: int) -> type[int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an int: {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below {low}")
-        return value
-
-    return parse  # type: ignore[return-value]
 
 
 def _tune(args: argparse.Namespace) -> int:

@@ -199,6 +199,9 @@ class RerankSettings(Section):
     backend: Literal["auto", "torch", "onnx"] = "torch"
     # The ONNX session's intra-op threads; PyTorch's count is process-wide, left to the embedder.
     threads: int = Field(1, ge=1, le=256)
+    # Tenants' own gated rerankers one node keeps loaded (least recently used dropped first):
+    # each is a model in memory (~90 MB for a MiniLM cross-encoder) and its batcher thread.
+    tenant_models: int = Field(4, ge=1, le=64)
 
 
 class LimitsSettings(Section):

@@ -159,8 +159,12 @@ def _score_modes(
     service, close = build_search_service(settings, pool, embedder, alias=EVAL_ALIAS, watch=False)
     try:
         for mode in modes:
-            if MODES[mode][1] and service.reranker is None:
-                print(f"skipping {mode}: no reranker configured (RAGLINE_RERANK__MODEL)", file=sys.stderr)
+            if MODES[mode][1] and service.rerank_choice(report.tenant).scorer is None:
+                print(
+                    f"skipping {mode}: no reranker for tenant {report.tenant} (RAGLINE_RERANK__MODEL,"
+                    " or its own: ragline reranker gate)",
+                    file=sys.stderr,
+                )
                 continue
             report.modes.append(
                 run_mode(

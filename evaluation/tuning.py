@@ -216,6 +216,53 @@ def judged_queries(
     return queries, sources, alias, embedder
 
 
+@dataclass(frozen=True, slots=True)
+class JudgedSet:
+    """What a command measures on: the catalog, the judged queries, their sources, the alias
+    to search and the embedding model loaded on the way (None: not loaded yet)."""
+
+    url: str
+    queries: list[JudgedQuery]
+    sources: list[str]
+    alias: str
+    embedder: Embedder | None
+
+
+def judged_set(
+    settings: Settings,
+    tenant: str,
+    *,
+    command: str,
+    dataset: Path | None,
+    from_feedback: bool,
+    split: str,
+    use_ray: bool,
+    embedder: Embedder | None,
+    minimum: int,
+    fewer: str,
+) -> JudgedSet:
+    """:func:`judged_queries` for ``ragline tune`` and ``ragline reranker gate``, refused
+    where nothing can be measured.
+
+    Raises:
+        InvalidInputError: no source named, fewer than ``minimum`` judged queries (the message
+            says "fewer than ``fewer``"), or no index version behind the alias searched.
+    """
+    if dataset is None and not from_feedback:
+        raise InvalidInputError(f"{command} needs judged queries: --dataset DIR and/or --from-feedback")
+    url = migrated_url(settings)
+    queries, sources, alias, embedder = judged_queries(
+        settings, url, tenant, dataset=dataset, from_feedback=from_feedback, split=split,
+        use_ray=use_ray, embedder=embedder,
+    )  # fmt: skip
+    if len(queries) < minimum:
+        raise InvalidInputError(f"tenant {tenant}: {len(queries)} judged queries, fewer than {fewer}")
+    with psycopg.connect(url) as conn:
+        if indexes.resolve_alias(conn, alias=alias) is None:
+            raise InvalidInputError(f"no index version behind alias {alias!r} to {command} on")
+    return JudgedSet(url, queries, sources, alias, embedder)
+
+
 def _cross_validate(
     gathered: list[QueryCandidates],
     configs: list[FusionConfig],
@@ -259,22 +306,15 @@ def tune(
         InvalidInputError: no source named, fewer judged queries than folds, or no index
             version behind the alias searched.
     """
-    if dataset is None and not from_feedback:
-        raise InvalidInputError("tune needs judged queries: --dataset DIR and/or --from-feedback")
-    url = migrated_url(settings)
     started = time.monotonic()
-    queries, sources, alias, embedder = judged_queries(
-        settings, url, tenant, dataset=dataset, from_feedback=from_feedback, split=split,
-        use_ray=use_ray, embedder=embedder,
+    judged = judged_set(
+        settings, tenant, command="tune", dataset=dataset, from_feedback=from_feedback, split=split,
+        use_ray=use_ray, embedder=embedder, minimum=max(folds, 2), fewer=f"{folds} folds",
     )  # fmt: skip
-    if len(queries) < max(folds, 2):
-        raise InvalidInputError(f"tenant {tenant}: {len(queries)} judged queries, fewer than {folds} folds")
-    with psycopg.connect(url) as conn:
-        if indexes.resolve_alias(conn, alias=alias) is None:
-            raise InvalidInputError(f"no index version behind alias {alias!r} to tune on")
+    url, queries, sources = judged.url, judged.queries, judged.sources
     prepared = time.monotonic()
     pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
-    service, close = build_search_service(settings, pool, embedder, alias=alias, watch=False)
+    service, close = build_search_service(settings, pool, judged.embedder, alias=judged.alias, watch=False)
     try:
         base = service.fusion  # the server's settings: what a stored override falls back to
         current = service.fusion_for(tenant)

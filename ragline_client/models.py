@@ -599,6 +599,11 @@ class RetrieveOut(BaseModel):
     degraded: list[DegradedStage]
     request_id: str
     fusion: FusionOut | None = Field(None, description="the fusion this answer used")
+    reranker: str | None = Field(
+        None,
+        description="the reranker that ordered these results (its model folder's name: the tenant's"
+        " gated one, else the server's); null when none did",
+    )
 
 
 _CHUNK_EXAMPLE: dict[str, JsonValue] = {

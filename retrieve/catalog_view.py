@@ -55,8 +55,8 @@ class CatalogView:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.position = 0
-        # The last applied change of a per-tenant setting (fusion defaults) by tenant: what a
-        # cached copy read at an earlier position is stale against.
+        # The last applied change of a per-tenant setting (fusion defaults, reranker) by
+        # tenant: what a cached copy read at an earlier position is stale against.
         self.setting_marks: dict[str, int] = {}
         self._index: dict[int, int] = {}
         self._cap = 0

@@ -18,7 +18,9 @@ from psycopg_pool import ConnectionPool
 from authz.acl import AclFilter
 from catalog import changes as changes_repo
 from catalog import fusion as fusion_repo
+from catalog import rerankers as rerankers_repo
 from catalog.fusion import FusionMethod, FusionOverride
+from catalog.rerankers import TenantReranker
 from catalog.serving import ChunkDetail, chunk_details
 from core import tracing
 from core.errors import InvalidInputError, UnavailableError
@@ -34,7 +36,7 @@ from retrieve.watcher import IndexWatcher
 
 Mode = Literal["hybrid", "dense", "lexical"]
 
-# Tenants whose fusion defaults one node keeps (a few bytes each).
+# Tenants whose fusion defaults (and reranker rows) one node keeps (a few bytes each).
 _TENANT_FUSION_CACHE = 10_000
 
 
@@ -42,6 +44,24 @@ class Scorer(Protocol):
     def score(
         self, query: str, passages: Sequence[str], *, timeout_s: float | None = None
     ) -> list[float]: ...
+
+
+class TenantModels(Protocol):
+    """Tenants' gated rerankers by model folder, loaded on first use (``rerank.models``)."""
+
+    def get(self, model: str) -> Scorer: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RerankChoice:
+    """The reranker a request is reranked with (``scorer`` None: none) and the name its
+    answer gives it (``RetrieveResult.reranker``)."""
+
+    scorer: Scorer | None
+    name: str | None = None
+
+
+NO_RERANK = RerankChoice(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +110,7 @@ class RerankConfig:
     candidates: int
     budget_ms: int
     blend: Literal["rrf", "replace"]
+    model: str | None = None  # the server's own reranker ([rerank] model), as answers name it
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +157,7 @@ class RetrieveResult:
     degraded: list[dict[str, str]]
     plans: list[str] = field(default_factory=list)
     fusion: FusionConfig | None = None  # the fusion this answer used
+    reranker: str | None = None  # the reranker that ordered these results; None: none did
 
 
 class SearchService:
@@ -157,8 +179,11 @@ class SearchService:
         config: SearchConfig,
         reranker: Scorer | None = None,
         shards: RemoteShards | None = None,
+        tenant_rerankers: TenantModels | None = None,
     ) -> None:
-        """``shards``: shard servers on other nodes search the version instead of this process."""
+        """``reranker``: the server's own, for tenants without a reranker row of their own;
+        ``tenant_rerankers``: the models of tenants' gated rerankers (``catalog.rerankers``);
+        ``shards``: shard servers on other nodes search the version instead of this process."""
         self.shards = shards
         self.watcher, self.state, self.read_pool = watcher, watcher.state, read_pool
         self.searcher, self.embedders, self.counter, self.reranker = searcher, embedders, counter, reranker
@@ -166,6 +191,9 @@ class SearchService:
         self.trace_query_text = config.trace_query_text
         # tenant -> (its stored fusion defaults, the catalog position they were read at)
         self._tenant_fusion: dict[str, tuple[FusionOverride | None, int]] = {}
+        # tenant -> (its reranker row, the position it was read at); the models by folder
+        self._tenant_reranker: dict[str, tuple[TenantReranker | None, int]] = {}
+        self.tenant_rerankers = tenant_rerankers
 
     # --- the index behind it, for the health and admin routes ------------------------------
     def readiness(self) -> str:
@@ -209,9 +237,17 @@ class SearchService:
 
     # --- the request path ----------------------------------------------------------------
     def retrieve(
-        self, req: RetrieveRequest, acl: AclFilter, *, catalog_position: int | None = None
+        self,
+        req: RetrieveRequest,
+        acl: AclFilter,
+        *,
+        catalog_position: int | None = None,
+        rerank_with: RerankChoice | None = None,
     ) -> RetrieveResult:
         """Search as ``acl`` allows, on a view caught up to ``catalog_position`` (read now if None).
+
+        The reranker is the tenant's (:meth:`rerank_choice`), or ``rerank_with`` where given
+        (``ragline reranker gate`` measures a model exactly as it would serve).
 
         Stages: freshness, ACL masks, candidates, fusion, details (the ACL re-checked in SQL),
         rerank (optional), packing. Traced (when tracing is on) as a ``retrieve`` span with a
@@ -222,25 +258,33 @@ class SearchService:
         if self.trace_query_text:
             attributes["ragline.query"] = req.query
         with tracing.span("retrieve", **attributes):
-            result = self._retrieve(req, acl, catalog_position)
+            result = self._retrieve(req, acl, catalog_position, rerank_with)
             tracing.set_attributes(
                 {"ragline.index_version": result.index_version, "ragline.results": len(result.results)}
             )
             return result
 
-    def _retrieve(self, req: RetrieveRequest, acl: AclFilter, catalog_position: int | None) -> RetrieveResult:
+    def _retrieve(
+        self,
+        req: RetrieveRequest,
+        acl: AclFilter,
+        catalog_position: int | None,
+        rerank_with: RerankChoice | None,
+    ) -> RetrieveResult:
         slog = StageLog()
         snap, fusion, found = self._first_stages(req, acl, catalog_position, slog)
         fused = self._fuse(*found, fusion, slog) if found is not None else []
-        reranker = self.reranker if req.rerank is None or req.rerank else None
-        if req.rerank and self.reranker is None:
-            slog.degrade("rerank", "no reranker model is configured")
+        choice = rerank_with
+        if choice is None:
+            choice = self._rerank_choice(acl.tenant_id, req.rerank, slog)
+        reranker, reranked_by = choice.scorer, None
         want = max(req.top_k, self.rerank_config.candidates if reranker is not None else 0)
         ranked = self._details(fused, want, acl, slog)
         fused_rank = None
         if reranker is not None and ranked:
             fused_rank = {f.chunk_id: i for i, (f, _) in enumerate(ranked, start=1)}
-            ranked = self._rerank(reranker, req.query, ranked, fusion, slog)
+            ranked, scored = self._rerank(reranker, req.query, ranked, fusion, slog)
+            reranked_by = choice.name if scored else None
         ranks = _stage_ranks(ranked, req.top_k, fused_rank)
         items = [
             ResultItem(d, f.score, dict(f.stage_scores), r) for (f, d), r in zip(ranked, ranks, strict=False)
@@ -249,8 +293,55 @@ class SearchService:
         context = self._pack(items, req)
         slog.time("packing", t)
         return RetrieveResult(
-            items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans, fusion
-        )
+            items, context, snap.version_id, snap.model, slog.timings_ms, slog.degraded, slog.plans, fusion,
+            reranked_by,
+        )  # fmt: skip
+
+    def rerank_choice(self, tenant_id: str, rerank: bool | None = None) -> RerankChoice:
+        """The reranker a tenant's request uses, as of now (caught up with the catalog first);
+        ``rerank`` is the request's own ``rerank``."""
+        self._ensure_fresh(None)
+        return self._rerank_choice(tenant_id, rerank, StageLog())
+
+    def _rerank_choice(self, tenant_id: str, rerank: bool | None, slog: StageLog) -> RerankChoice:
+        """The tenant's gated reranker when its row is enabled; none when its row is off (a
+        gate failed or an operator turned it off: never the server's model either); the
+        server's own when it has no row. ``rerank`` False: none; True: a degradation says
+        why there is none. Never another tenant's: the row is read by the request's tenant."""
+        if rerank is False:
+            return NO_RERANK
+        row = self._reranker_row(tenant_id)
+        if row is None:
+            if self.reranker is None:
+                if rerank:
+                    slog.degrade("rerank", "no reranker model is configured")
+                return NO_RERANK
+            return RerankChoice(self.reranker, _model_name(self.rerank_config.model))
+        if not row.enabled or row.model is None:
+            if rerank:
+                slog.degrade("rerank", "the tenant's reranker is off (ragline reranker gate)")
+            return NO_RERANK
+        if self.tenant_rerankers is None:
+            slog.degrade("rerank", "this node loads no tenant reranker")
+            return NO_RERANK
+        try:
+            scorer = self.tenant_rerankers.get(row.model)
+        except Exception as exc:  # a folder gone since the gate: search on, unreranked
+            slog.degrade("rerank", f"the tenant's reranker did not load: {type(exc).__name__}")
+            return NO_RERANK
+        return RerankChoice(scorer, _model_name(row.model))
+
+    def _reranker_row(self, tenant_id: str) -> TenantReranker | None:
+        """The tenant's reranker row from a copy kept until the view applies a later setting
+        change of the tenant (as :meth:`_fusion_at` keeps its fusion defaults)."""
+        cached = self._tenant_reranker.get(tenant_id)
+        if cached is None or cached[1] < self.state.view.setting_marks.get(tenant_id, 0):
+            with self.read_pool.connection() as conn:
+                cached = rerankers_repo.tenant_reranker_at(conn, tenant_id=tenant_id)
+            if len(self._tenant_reranker) >= _TENANT_FUSION_CACHE:
+                self._tenant_reranker.clear()
+            self._tenant_reranker[tenant_id] = cached
+        return cached[0]
 
     def fusion_for(self, tenant_id: str, override: FusionOverride | None = None) -> FusionConfig:
         """The fusion a tenant's request uses: settings, then the tenant's stored defaults, then
@@ -432,7 +523,9 @@ class SearchService:
         ranked: list[tuple[FusedHit, ChunkDetail]],
         fusion: FusionConfig,
         slog: StageLog,
-    ) -> list[tuple[FusedHit, ChunkDetail]]:
+    ) -> tuple[list[tuple[FusedHit, ChunkDetail]], bool]:
+        """The hits reordered by the reranker (blended as ``RerankConfig.blend`` says) and
+        True; the fused order and False when scoring failed or ran over budget."""
         t = time.perf_counter()
         try:
             scores = reranker.score(
@@ -441,7 +534,7 @@ class SearchService:
         except Exception as exc:  # over budget or broken: keep the fused order
             slog.degrade("rerank", f"{type(exc).__name__}: kept the fused order")
             slog.time("rerank", t)
-            return ranked
+            return ranked, False
         hits = [f for f, _ in ranked]
         if self.rerank_config.blend == "rrf":
             order = rerank_fusion(hits, scores, k=fusion.rrf_k)
@@ -450,7 +543,7 @@ class SearchService:
         details = {f.chunk_id: d for f, d in ranked}
         out = [(hit, details[hit.chunk_id]) for hit in order]
         slog.time("rerank", t)
-        return out
+        return out, True
 
     def _pack(self, items: list[ResultItem], req: RetrieveRequest) -> PackedContext:
         if req.max_context_tokens <= 0:  # callers that only rank (the evaluation harness)
@@ -536,6 +629,13 @@ def _by_rerank_score(hits: list[FusedHit], scores: Sequence[float]) -> list[Fuse
     ]
     out.sort(key=lambda h: -h.score)
     return out
+
+
+def _model_name(model: str | None) -> str | None:
+    """How an answer names a reranker: its folder's name (or hub id), never the server's path."""
+    if model is None:
+        return None
+    return model.rstrip("/").rsplit("/", 1)[-1] if model.startswith(("/", ".", "~")) else model
 
 
 def _parent_ok(d: ChunkDetail) -> bool:

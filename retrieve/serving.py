@@ -30,6 +30,10 @@ from index.tokenize import Tokenizer
 from retrieve.catalog_view import CatalogView
 from retrieve.delta import DeltaSegment
 
+# Change kinds of a tenant's own settings, each kept cached per node until its next change:
+# the fusion defaults (migration 111) and the reranker (migration 121).
+SETTING_KINDS = frozenset({"fusion", "reranker"})
+
 log = logging.getLogger(__name__)
 
 
@@ -219,7 +223,7 @@ class ServingState:
             versioned = sorted({c.doc_id for c in found if c.kind == "version" and c.doc_id is not None})
             self._current = self._with_delta(conn, self.current, versioned)
             for c in found:
-                if c.kind == "fusion":
+                if c.kind in SETTING_KINDS:
                     self.view.setting_marks[c.tenant_id] = c.seq
             self.view.position = found[-1].seq
             conn.commit()

@@ -22,7 +22,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 # Tables a test may write; schema_migrations survives so migrations run once per session.
 _DATA_TABLES = (
-    "feedback, tenant_fusion, purge_state, deployment_secrets, connector_items, connector_state, schedules,"
+    "feedback, tenant_fusion, tenant_reranker, purge_state, deployment_secrets, connector_items,"
+    " connector_state, schedules,"
     " embedding_migrations,"
     " document_texts,"
     " audit_log, index_aliases, index_versions, job_items, jobs, tombstones, chunk_embeddings, chunks,"

@@ -19,6 +19,7 @@ from index.tokens import CachedTokenCounter
 from jobs.shard_servers import ShardFanout, ShardServerConfig, start_shard_servers
 from rerank.batching import BatchingReranker
 from rerank.cross_encoder import load_reranker
+from rerank.models import RerankerModels
 from retrieve.hybrid import HybridSearcher, PlannerConfig
 from retrieve.query_embedding import QueryEmbedders
 from retrieve.service import FusionConfig, RerankConfig, SearchConfig, SearchService
@@ -73,6 +74,7 @@ def build_search_service(
         state, planner=planner, pool=executor, stage_timeout_s=r.stage_timeout_ms / 1000
     )
     reranker = build_reranker(settings)
+    tenant_rerankers = tenant_reranker_models(settings)
     watcher = IndexWatcher(
         pool,
         state,
@@ -81,9 +83,10 @@ def build_search_service(
         # Fanning out, the API swaps once every shard server holds the version (or refuses).
         before_swap=None if fanout is None else fanout.await_version,
     )
+    rr = settings.rerank
     config = SearchConfig(
         fusion_config(settings),
-        RerankConfig(settings.rerank.candidates, settings.rerank.budget_ms, settings.rerank.blend),
+        RerankConfig(rr.candidates, rr.budget_ms, rr.blend, rr.model),
         trace_query_text=settings.audit.store_query_text,
     )
     service = SearchService(
@@ -99,6 +102,7 @@ def build_search_service(
         config=config,
         reranker=reranker,
         shards=fanout,
+        tenant_rerankers=tenant_rerankers,
     )
     watcher.start(watch=watch)
 
@@ -109,6 +113,7 @@ def build_search_service(
             fanout.close()
         if reranker is not None:
             reranker.close()
+        tenant_rerankers.close()
         executor.shutdown(wait=False)
 
     return service, close
@@ -191,8 +196,21 @@ def build_reranker(settings: Settings) -> BatchingReranker | None:
     """The cross-encoder behind a micro-batcher, or None when ``rerank.model`` is unset."""
     if not settings.rerank.model:
         return None
+    return load_batching_reranker(settings, settings.rerank.model)
+
+
+def tenant_reranker_models(settings: Settings) -> RerankerModels:
+    """Tenants' gated rerankers (``ragline reranker gate``), each loaded on its tenant's first
+    request as the server's own is (backend, batcher, budget), ``rerank.tenant_models`` at most."""
+    return RerankerModels(
+        lambda model: load_batching_reranker(settings, model), capacity=settings.rerank.tenant_models
+    )
+
+
+def load_batching_reranker(settings: Settings, model_path: str) -> BatchingReranker:
+    """The cross-encoder at ``model_path`` behind a micro-batcher, as [rerank] says."""
     model = load_reranker(
-        settings.rerank.model,
+        model_path,
         device=settings.embedding_device,
         backend=settings.rerank.backend,
         data_dir=settings.data_dir.resolve(),

@@ -82,6 +82,7 @@ def response_json(result: RetrieveResult) -> dict[str, Any]:
         "degraded": result.degraded,
         "request_id": request_id_var.get(),
         "fusion": result.fusion.describe() if result.fusion is not None else None,
+        "reranker": result.reranker,
     }
 
 

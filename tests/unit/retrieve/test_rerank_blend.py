@@ -59,8 +59,9 @@ def _service(rrf_k: int, blend: Literal["rrf", "replace"] = "rrf") -> SearchServ
 def _rerank(service: SearchService, scorer: object = None) -> tuple[list[int], StageLog]:
     slog = StageLog()
     ranked = [(f, _detail(f.chunk_id)) for f in FUSED]
-    out = service._rerank(scorer or FakeScorer(), "q", ranked, service.fusion, slog)  # type: ignore[arg-type]
+    out, scored = service._rerank(scorer or FakeScorer(), "q", ranked, service.fusion, slog)  # type: ignore[arg-type]
     assert all(d.row == f.chunk_id for f, d in out)  # details stay with their hits
+    assert scored == (not slog.degraded)  # the answer names the reranker only when it ordered
     return [f.chunk_id for f, _ in out], slog
 
 
