@@ -101,6 +101,11 @@ ACTIONS: Mapping[str, Shape] = {
         "interval",
         "sources",
     ),
+    # ``ragline adapt``: the models written (not served: reembed and the reranker gate decide),
+    # examples mined by kind, each model's steps/seconds/losses, wall seconds and peak RSS.
+    "model.adapt": _write(
+        "tenant id", "out_dir", "examples", "embedder", "reranker", "seconds", "peak_rss_mib"
+    ),
     "feedback.record": _write("request id", "feedback_id", "grade", "by"),
     "console.search_as": _write("principal id"),
     "console.explain": _write("principal id"),
