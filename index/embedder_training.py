@@ -169,7 +169,8 @@ def train_embedder(
     resolved = resolve_device(device)
     started = time.monotonic()
     model = _load(base, device=resolved, max_length=max_length)
-    deadline = started + max_seconds if max_seconds is not None else float("inf")
+    # The bound is on the training loop, as for the reranker; loading is outside it.
+    deadline = time.monotonic() + max_seconds if max_seconds is not None else float("inf")
     losses, stopped = _fit(
         model, items, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, deadline=deadline
     )

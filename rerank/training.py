@@ -57,6 +57,7 @@ class TrainReport:
     final_loss: float
     losses: tuple[float, ...] = field(default=(), repr=False)
     stopped_by_time: bool = False  # ``max_seconds`` ran out before the planned steps
+    planned_steps: int = 0  # epochs x batches; ``steps`` is fewer when stopped by time
 
 
 def default_base() -> str:
@@ -246,6 +247,7 @@ def train_reranker(
         final_loss=sum(tail) / len(tail),
         losses=tuple(losses),
         stopped_by_time=len(losses) < steps,
+        planned_steps=steps,
     )
     write_model_card(report)
     logger.info("rerank model saved", extra={"out_dir": str(out_dir), "steps": report.steps})

@@ -93,5 +93,5 @@ def test_max_seconds_stops_after_one_step_and_still_saves(tmp_path: Path) -> Non
         )
     finally:
         torch.set_num_threads(before)
-    assert report.steps == 1 and report.stopped_by_time  # six planned
+    assert report.steps == 1 and report.stopped_by_time and report.planned_steps == 6
     assert (tmp_path / "m" / MODEL_CARD).exists()
