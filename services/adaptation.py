@@ -23,6 +23,7 @@ from catalog.documents import leaf_texts_in_order
 from catalog.feedback import stored_judgements
 from catalog.indexes import resolve_alias
 from core.errors import InvalidInputError
+from core.settings import DEFAULT_EMBEDDING_MODEL
 from index.embedder import resolve_model_path
 from index.embedder_training import train_embedder
 from rerank.mining import count_by_kind, mine_examples, reranker_pairs, triplets
@@ -54,7 +55,7 @@ class AdaptOptions:
     reranker_lr: float = 1e-4
     device: str = "auto"
     embedder_base: str | None = None  # None: the live index's model, else ``default_model``
-    default_model: str = "bundled:all-MiniLM-L6-v2"
+    default_model: str = DEFAULT_EMBEDDING_MODEL
     reranker_base: str | None = None  # None: the bundled MiniLM encoder with a fresh head
 
 
@@ -100,6 +101,8 @@ def adapt_tenant(
     """
     if not (options.embedder or options.reranker):
         raise InvalidInputError("nothing to adapt: both --no-embedder and --no-reranker given")
+    if options.max_pairs < 1 or options.max_seconds < 0 or options.epochs < 1:
+        raise InvalidInputError("max_pairs and epochs must be >= 1, max_seconds >= 0")
     started = time.monotonic()
     with conn.transaction():  # read, then train outside any transaction
         passages = leaf_texts_in_order(conn, tenant_id=tenant_id)
