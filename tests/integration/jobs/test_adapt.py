@@ -124,3 +124,21 @@ def test_adapt_writes_models_the_migration_gate_evaluates(
     assert target is not None and target.embedding_model == str(out / "embedder")
     assert gate["structure"]["probes"] > 0 and gate["space_health"]["pairs"] > 0
     assert gate["completeness"]["passed"]
+
+
+def test_a_tenant_without_live_text_is_refused_and_nothing_is_audited(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RAGLINE_DATABASE_URL", db_url)
+    monkeypatch.setenv("RAGLINE_DATA_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert main(["adapt", "--tenant", "empty", "--out", str(tmp_path / "out")]) == 2
+        assert main(["adapt", "--tenant", "empty", "--out", "o", "--no-embedder", "--no-reranker"]) == 2
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert "no live text to mine" in err and "nothing to adapt" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+    with psycopg.connect(db_url) as conn:
+        assert entries(conn, action="model.adapt") == []
