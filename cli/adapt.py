@@ -93,7 +93,10 @@ def next_steps(report: AdaptReport) -> list[str]:
 
 def format_report(report: AdaptReport) -> str:
     mined = ", ".join(f"{k} {n}" for k, n in report.examples.items())
-    lines = [f"tenant {report.tenant_id}: {sum(report.examples.values())} examples ({mined})"]
+    lines = [
+        f"tenant {report.tenant_id}: {sum(report.examples.values())} examples ({mined}) from"
+        f" {report.passages} passages and {report.judgements} judgements"
+    ]
     for name, run in (("embedder", report.embedder), ("reranker", report.reranker)):
         if run is not None:
             stopped = " (stopped by --max-seconds)" if run["stopped_by_time"] else ""

@@ -67,6 +67,8 @@ class AdaptReport:
     out_dir: str
     seed: int
     max_pairs: int
+    passages: int  # live leaf chunks read
+    judgements: int  # stored feedback with query text read
     examples: dict[str, int]
     reranker_pairs: int
     embedder: dict[str, Any] | None
@@ -159,6 +161,8 @@ def adapt_tenant(
         out_dir=str(out_dir),
         seed=options.seed,
         max_pairs=options.max_pairs,
+        passages=len(passages),
+        judgements=len(judgements),
         examples=kinds,
         reranker_pairs=len(pairs),
         embedder=embedder,

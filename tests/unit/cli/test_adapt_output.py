@@ -20,6 +20,7 @@ RUN = {
 def _report(**overrides: object) -> AdaptReport:
     fields: dict[str, object] = {
         "tenant_id": "acme", "out_dir": "/m/acme", "seed": 0, "max_pairs": 10,
+        "passages": 12, "judgements": 1,
         "examples": {"feedback": 1, "title": 4, "heading": 3, "neighbour": 2}, "reranker_pairs": 18,
         "embedder": RUN, "reranker": RUN, "seconds": 5.0, "peak_rss_mib": 900.0, "device": "cpu",
     }  # fmt: skip
@@ -29,7 +30,7 @@ def _report(**overrides: object) -> AdaptReport:
 
 def test_summary_names_both_runs_and_both_gates() -> None:
     text = format_report(_report())
-    assert "tenant acme: 10 examples (feedback 1, title 4, heading 3, neighbour 2)" in text
+    assert "tenant acme: 10 examples (feedback 1, title 4, heading 3, neighbour 2) from 12 passages" in text
     assert "embedder: 3 steps in 2.0 s on cpu (stopped by --max-seconds), loss 0.7000 -> 0.5000" in text
     assert next_steps(_report()) == [
         f"ragline reembed --model {Path('/m/acme/embedder')} --tenant acme --wait",
