@@ -117,6 +117,11 @@ ACTIONS: Mapping[str, Shape] = {
         "sources",
     ),  # fmt: skip
     "reranker.off": _write("tenant id", "model", "had_row"),  # ``ragline reranker off``
+    # ``ragline adapt``: the models written (not served: reembed and the reranker gate decide),
+    # examples mined by kind, each model's steps/seconds/losses, wall seconds and peak RSS.
+    "model.adapt": _write(
+        "tenant id", "out_dir", "examples", "embedder", "reranker", "seconds", "peak_rss_mib"
+    ),
     "feedback.record": _write("request id", "feedback_id", "grade", "by"),
     "console.search_as": _write("principal id"),
     "console.explain": _write("principal id"),

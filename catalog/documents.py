@@ -356,3 +356,30 @@ def heading_passage_pairs(conn: psycopg.Connection, *, tenant_id: str) -> list[t
         (tenant_id,),
     ).fetchall()
     return [(str(q), str(t)) for q, t in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class LeafText:
+    """One live leaf chunk's text with its document's title and its heading path."""
+
+    doc_id: int
+    chunk_id: str
+    ordinal: int
+    title: str
+    section_path: tuple[str, ...]
+    text: str
+
+
+def leaf_texts_in_order(conn: psycopg.Connection, *, tenant_id: str) -> list[LeafText]:
+    """A tenant's live leaf chunks in document order (document, then chunk ordinal): what
+    ``ragline adapt`` mines its label-free training pairs from."""
+    rows = conn.execute(
+        "SELECT c.doc_id, c.chunk_id, c.ordinal, coalesce(d.title, ''), c.section_path, c.text"
+        " FROM chunks c JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
+        " AND d.state = 'active' WHERE d.tenant_id = %s AND c.level = 0 ORDER BY c.doc_id, c.ordinal",
+        (tenant_id,),
+    ).fetchall()
+    return [
+        LeafText(int(d), str(c), int(o), str(t), tuple(str(s) for s in (p or ())), str(x))
+        for d, c, o, t, p, x in rows
+    ]

@@ -80,3 +80,19 @@ def judgements(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple[str, s
             (tenant_id,),
         ).fetchall()
     ]
+
+
+def stored_judgements(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple[str, int, str | None, int]]:
+    """(query text, doc_id, chunk_id or None for a whole document, grade) of the tenant's
+    feedback that kept its query, the latest judgement of each (query, document, chunk) only,
+    live documents only: ``ragline adapt`` trains on them."""
+    return [
+        (str(q), int(d), None if c is None else str(c), int(g))
+        for q, d, c, g in conn.execute(
+            "SELECT DISTINCT ON (f.query, f.doc_id, f.chunk_id) f.query, f.doc_id, f.chunk_id, f.grade"
+            " FROM feedback f JOIN documents d ON d.doc_id = f.doc_id"
+            " WHERE f.tenant_id = %s AND f.query IS NOT NULL AND d.state = 'active'"
+            " ORDER BY f.query, f.doc_id, f.chunk_id, f.feedback_id DESC",
+            (tenant_id,),
+        ).fetchall()
+    ]

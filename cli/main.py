@@ -9,6 +9,7 @@ import warnings
 
 import cli.connect_sources
 from cli import (
+    adapt,
     audit,
     connect,
     db,
@@ -29,6 +30,7 @@ from core.errors import RaglineError
 # each defines register(subparsers); heavy imports stay inside the handlers
 _GROUPS = (
     db, keys, serve, jobs, schedule, index, evaluate, reranker, reembed, connect, audit, status, purge, tune,
+    adapt,
 )  # fmt: skip
 # Commands that may start a local Ray in this process (ingest, jobs resume, index rebuild,
 # reembed): Ray's known-harmless C++ notices are dropped from their stderr, as `serve` and

@@ -52,6 +52,18 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch so a training run is repeatable on the same hardware."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def resolve_backend(backend: str, *, device: str, cache_dir: Path | None, kind: str) -> Backend:
     """The backend a loader will use; ``auto`` is ONNX on CPU when it can be exported.
 

