@@ -397,6 +397,18 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ray", action=argparse.BooleanOptionalAction, default=True, help="also run Ray Data"
     )
+    parser.add_argument(
+        "--inline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the inline pipeline (--no-inline: raw encode against Ray alone, on a long job)",
+    )
+    parser.add_argument(
+        "--diagnostics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the prepare-only and per-batch encode rows, the PDF table and push-to-searchable",
+    )
     parser.add_argument("--pushes", type=int, default=5, help="measured push-to-searchable pushes")
     args = parser.parse_args(argv)
     if args.docs < 1 or args.pushes < 1:
@@ -424,6 +436,8 @@ def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.Local
     config = chunking_config(settings)
     embedder = load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size)
     _throughput(args, items, cluster, tmp, settings, embedder)
+    if not args.diagnostics:
+        return
     print("\nPDF parsing (best of 3 per file; pages/s over the whole file):")
     rows = pdf_rows(embedder, config)
     print_table(
@@ -457,9 +471,11 @@ def _throughput(
         f"{getattr(embedder, 'device', '?')}, batch {settings.ingest.embed_batch_size}"
     )
     raw = time_raw_encode(texts, embedder)
-    runs = [
-        run_pipeline(settings, fresh_database(cluster, "inline"), items, use_ray=False, embedder=embedder)
-    ]
+    runs = []
+    if args.inline:
+        runs.append(
+            run_pipeline(settings, fresh_database(cluster, "inline"), items, use_ray=False, embedder=embedder)
+        )
     ray_s = 0.0
     if args.ray:
         ray_s = start_ray(tmp)
@@ -467,8 +483,10 @@ def _throughput(
             run_pipeline(settings, fresh_database(cluster, "ray"), items, use_ray=True, embedder=embedder)
         )
         stop_ray()
-    batch_documents = make_runner(settings, "", use_ray=False).config.batch_documents
-    diagnostics = [prepared, time_batched_encode(by_doc, embedder, batch_documents)]
+    diagnostics = [prepared]
+    if args.diagnostics:
+        batch_documents = make_runner(settings, "", use_ray=False).config.batch_documents
+        diagnostics.append(time_batched_encode(by_doc, embedder, batch_documents))
     print("\ningestion throughput (pipeline = parse + chunk + embed + catalog COPY write):")
     headers = ["stage", "chunks", "seconds", "chunks/s", "x raw", f">= {TARGET_RATIO}", "note"]
     print_table(headers, throughput_rows(raw, runs, diagnostics))
