@@ -23,7 +23,10 @@ PostgreSQL, started as ``ragline tune`` starts it and stopped afterwards):
    blend over the first stage's ranks). Its recall@100 is not measured (a 50-result request);
    its nDCG@10 without the reranker, from the same request, isolates the reranker's part.
    Optionally (``--base-rerank``) the same reranker on the base embedder with default fusion,
-   what ``ragline reranker gate`` would measure.
+   what ``ragline reranker gate`` would measure. ``--reuse-adapted`` takes the models an
+   earlier run left in ``--work`` (its ``adapt.json``) instead of training again, and
+   ``--no-adapted-index`` stops after the base embedder's rows (with ``--base-rerank``: the
+   gate's row alone, at the cost of one re-ingest skipped by content hash).
 
 Every difference is paired per query against ``defaults`` with a 95% percentile bootstrap
 interval (``evaluation.cv.bootstrap_interval``, 2,000 resamples, seed 0). The rerank budget is
@@ -58,7 +61,7 @@ from core.settings import Settings
 from evaluation import cv
 from evaluation.tuning import JudgedQuery, JudgedSet, QueryCandidates, gather, judged_set, score
 from retrieve.service import FusionConfig, RerankChoice, RetrieveRequest, SearchService
-from services.adaptation import AdaptOptions, AdaptReport, adapt_tenant
+from services.adaptation import REPORT, AdaptOptions, AdaptReport, adapt_tenant
 from services.caller import Caller
 from wiring import build_search_service
 from wiring.search import load_batching_reranker
@@ -254,6 +257,8 @@ def rerank_scores(
 
 
 def _adapt(stage: Stage, tenant: str, out: Path, args: argparse.Namespace) -> AdaptReport:
+    if args.reuse_adapted and (out / REPORT).is_file():  # an earlier run's models, as they were
+        return AdaptReport(**json.loads((out / REPORT).read_text(encoding="utf-8")))
     options = AdaptOptions(
         max_pairs=args.max_pairs,
         max_seconds=args.adapt_seconds,
@@ -275,6 +280,52 @@ def _held_row(name: str, stage: Stage, note: str = "") -> tuple[Row, HeldOut]:
     h = held_out(stage.ndcg, stage.recall, ids)
     chosen = [stage.configs[r].describe() for r in h.fold_rows]
     return Row(name, h.ndcg, h.recall, note, chosen), h
+
+
+def _adapted_rows(
+    dataset: Path,
+    base: Settings,
+    work: Path,
+    args: argparse.Namespace,
+    report: AdaptReport,
+    ids: list[str],
+    secs: dict[str, float],
+    unreranked: dict[str, int],
+) -> list[Row]:
+    """Steps 4 and 5: the collection re-embedded by the adapted embedder in its own data
+    directory, tuned fusion held out, then the adapted reranker over each fold's fusion."""
+    name, tenant, model_dir = (
+        dataset.resolve().name,
+        f"ranking-{dataset.resolve().name}",
+        Path(report.out_dir),
+    )
+    if report.embedder is None:
+        raise RuntimeError(f"{name}: adapt trained no embedder")
+    second = _settings(
+        base, work / name / "adapted-index", str(model_dir / "embedder"), args.rerank_budget_ms
+    )
+    rows = []
+    t = time.monotonic()
+    try:
+        adapted = measure_fusion(second, dataset, tenant)
+        secs["ingest_gather_adapted"] = round(time.monotonic() - t, 1)
+        if [c.query.query_id for c in adapted.gathered] != ids:
+            raise RuntimeError(f"{name}: the adapted run judged other queries")
+        rows.append(Row("defaults + adapted embedder", adapted.ndcg[0], adapted.recall[0]))
+        row, h = _held_row("tuned fusion + adapted embedder (held out)", adapted)
+        rows.append(row)
+        if report.reranker is not None:
+            t = time.monotonic()
+            overrides = [override_of(r, adapted.space) for r in h.rows]
+            w0, w, unreranked["adapted"] = rerank_scores(adapted, model_dir / "reranker", tenant, overrides)
+            rows.append(
+                Row("tuned + adapted embedder, top-50 request, no rerank", w0, None, "top-50 request")
+            )
+            rows.append(Row("tuned + adapted embedder + adapted reranker", w, None, "top-50 request"))
+            secs["rerank_adapted"] = round(time.monotonic() - t, 1)
+    finally:
+        _stop(second)
+    return rows
 
 
 def run(dataset: Path, base: Settings, work: Path, args: argparse.Namespace) -> Collection:
@@ -305,31 +356,8 @@ def run(dataset: Path, base: Settings, work: Path, args: argparse.Namespace) -> 
             secs["rerank_base"] = round(time.monotonic() - t, 1)
     finally:
         _stop(first)
-    if report.embedder is None:
-        raise RuntimeError(f"{name}: adapt trained no embedder")
-    second = _settings(
-        base, work / name / "adapted-index", str(model_dir / "embedder"), args.rerank_budget_ms
-    )
-    t = time.monotonic()
-    try:
-        adapted = measure_fusion(second, dataset, tenant)
-        secs["ingest_gather_adapted"] = round(time.monotonic() - t, 1)
-        if [c.query.query_id for c in adapted.gathered] != ids:
-            raise RuntimeError(f"{name}: the adapted run judged other queries")
-        rows.append(Row("defaults + adapted embedder", adapted.ndcg[0], adapted.recall[0]))
-        row, h = _held_row("tuned fusion + adapted embedder (held out)", adapted)
-        rows.append(row)
-        if report.reranker is not None:
-            t = time.monotonic()
-            overrides = [override_of(r, adapted.space) for r in h.rows]
-            w0, w, unreranked["adapted"] = rerank_scores(adapted, model_dir / "reranker", tenant, overrides)
-            rows.append(
-                Row("tuned + adapted embedder, top-50 request, no rerank", w0, None, "top-50 request")
-            )
-            rows.append(Row("tuned + adapted embedder + adapted reranker", w, None, "top-50 request"))
-            secs["rerank_adapted"] = round(time.monotonic() - t, 1)
-    finally:
-        _stop(second)
+    if not args.no_adapted_index:
+        rows += _adapted_rows(dataset, base, work, args, report, ids, secs, unreranked)
     adapt = {k: v for k, v in asdict(report).items() if k != "out_dir"}
     return Collection(name, ids, rows, secs, adapt, unreranked, stage.configs[0].describe())
 
@@ -370,6 +398,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-pairs", type=int, default=4000)
     parser.add_argument("--rerank-budget-ms", type=int, default=600_000)
     parser.add_argument("--base-rerank", action="store_true", help="also the reranker on the base embedder")
+    parser.add_argument(
+        "--reuse-adapted",
+        action="store_true",
+        help="take the models of an earlier run in --work (its adapt.json)",
+    )
+    parser.add_argument("--no-adapted-index", action="store_true", help="stop after the base embedder's rows")
     parser.add_argument("--work", type=Path, help="data directories go here (default: a new temp dir)")
     parser.add_argument("--json", type=Path, help="also write everything, per query, here")
     args = parser.parse_args(argv)
