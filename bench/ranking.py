@@ -11,7 +11,7 @@ PostgreSQL, started as ``ragline tune`` starts it and stopped afterwards):
    nDCG@10 and recall@100 of a top-100 request).
 2. ``tuned fusion``: ``evaluation.cv.cross_validate`` over ``ragline tune``'s grid (5 folds,
    seed 0): each query scored by the setting chosen on the other four folds.
-3. ``ragline adapt`` on that tenant (``services.adaptation.adapt_tenant``, in-process), bounded
+3. ``ragline adapt`` on that tenant (the CLI as a subprocess, as an operator runs it), bounded
    by ``--adapt-seconds`` and ``--max-pairs``: label-free pairs mined from the tenant's own
    text; the judgements are never read.
 4. ``tuned + adapted embedder``: a second data directory whose embedding model is the adapted
@@ -42,6 +42,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -49,7 +51,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
 from authz.acl import AclFilter
@@ -61,8 +62,7 @@ from core.settings import Settings
 from evaluation import cv
 from evaluation.tuning import JudgedQuery, JudgedSet, QueryCandidates, gather, judged_set, score
 from retrieve.service import FusionConfig, RerankChoice, RetrieveRequest, SearchService
-from services.adaptation import REPORT, AdaptOptions, AdaptReport, adapt_tenant
-from services.caller import Caller
+from services.adaptation import REPORT, AdaptReport
 from wiring import build_search_service
 from wiring.search import load_batching_reranker
 
@@ -257,18 +257,19 @@ def rerank_scores(
 
 
 def _adapt(stage: Stage, tenant: str, out: Path, args: argparse.Namespace) -> AdaptReport:
-    if args.reuse_adapted and (out / REPORT).is_file():  # an earlier run's models, as they were
-        return AdaptReport(**json.loads((out / REPORT).read_text(encoding="utf-8")))
-    options = AdaptOptions(
-        max_pairs=args.max_pairs,
-        max_seconds=args.adapt_seconds,
-        seed=SEED,
-        default_model=stage.settings.embedding_model,
-    )
-    with psycopg.connect(stage.judged.url) as conn:
-        return adapt_tenant(
-            conn, Caller("operator:bench", "bench"), tenant_id=tenant, out_dir=out, options=options
-        )
+    """``ragline adapt`` on the tenant, as an operator runs it: a subprocess with the machine's
+    own torch threads (in this process the ingest's embedder has set torch to
+    ``embedding_threads``, 1 by default) and its own peak RSS; its ``adapt.json`` read back."""
+    if not (args.reuse_adapted and (out / REPORT).is_file()):  # else an earlier run's models
+        command = [
+            sys.executable, "-m", "cli.main", "adapt", "--tenant", tenant, "--out", str(out),
+            "--max-pairs", str(args.max_pairs), "--max-seconds", str(args.adapt_seconds), "--seed", str(SEED),
+        ]  # fmt: skip
+        env = {**os.environ, "RAGLINE_DATABASE_URL": stage.judged.url, "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"ragline adapt failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return AdaptReport(**json.loads((out / REPORT).read_text(encoding="utf-8")))
 
 
 def _stop(settings: Settings) -> None:
