@@ -79,7 +79,16 @@ class AdaptReport:
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident set size (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    """This process's peak resident set size: Linux's ``VmHWM`` (the high-water mark of this
+    program's own memory), else ``ru_maxrss`` (KiB on Linux, bytes on macOS). Linux keeps
+    ``ru_maxrss`` across ``exec``, so a command started by a large process would report its
+    parent's peak; ``VmHWM`` starts again at ``exec``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
 
