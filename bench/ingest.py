@@ -55,6 +55,7 @@ from ingest.parse import parse_document
 from ingest.pipeline import ChunkingConfig, prepare
 from testkit.clusters import stop_ray, throwaway_cluster
 from wiring import make_runner
+from wiring.embedding import embedding_spec
 from wiring.ingest import chunking_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -409,6 +410,15 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=True,
         help="the prepare-only and per-batch encode rows, the PDF table and push-to-searchable",
     )
+    parser.add_argument(
+        "--raw",
+        choices=["torch", "configured"],
+        default="torch",
+        help="the raw encode's embedder: torch (the bundled model on PyTorch, its default threads;"
+        " the inline run uses it too) or configured (the embedding settings the Ray actors load,"
+        " ONNX where installed, with one intra-op thread per core: what the actors' model can do"
+        " on this machine)",
+    )
     parser.add_argument("--pushes", type=int, default=5, help="measured push-to-searchable pushes")
     args = parser.parse_args(argv)
     if args.docs < 1 or args.pushes < 1:
@@ -434,7 +444,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, items: list[NewItem], cluster: embedded.LocalCluster, tmp: Path) -> None:
     settings = Settings(data_dir=tmp, log_level="WARNING")
     config = chunking_config(settings)
-    embedder = load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size)
+    if args.raw == "configured":
+        spec = embedding_spec(settings)
+        embedder = replace(spec, model_name=MODEL, threads=os.cpu_count() or 1).load()
+    else:
+        embedder = load_embedder(MODEL, batch_size=settings.ingest.embed_batch_size)
     _throughput(args, items, cluster, tmp, settings, embedder)
     if not args.diagnostics:
         return
@@ -468,7 +482,9 @@ def _throughput(
     print(
         f"corpus: {args.source}, {len(items)} documents, {len(texts)} leaf chunks "
         f"(chunk {config.chunk_tokens} tokens, overlap {config.overlap_tokens}); model {MODEL} on "
-        f"{getattr(embedder, 'device', '?')}, batch {settings.ingest.embed_batch_size}"
+        f"{getattr(embedder, 'device', '?')} ({type(embedder).__name__}, raw: {args.raw}), batch"
+        f" {settings.ingest.embed_batch_size}; Ray embed actors: {settings.ingest.workers} x"
+        f" {settings.embedding_backend} backend, {settings.embedding_threads} thread(s) each"
     )
     raw = time_raw_encode(texts, embedder)
     runs = []
