@@ -88,6 +88,8 @@ class LoadResult:
     server_p95_ms: dict[str, float] = field(default_factory=dict)
     # Each counter's increase over the rate (warm-up included) per request sent in it.
     per_request: dict[str, float] = field(default_factory=dict)
+    # The successful requests' latencies (for estimates pooled over runs: bench.tracing).
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
 
 
 @dataclass(slots=True)
@@ -210,6 +212,7 @@ def summarise(outcomes: Sequence[_Outcome], config: LoadConfig) -> LoadResult:
         status_counts=statuses,
         server_p50_ms={k: float(np.percentile(v, 50)) for k, v in stages.items()},
         server_p95_ms={k: float(np.percentile(v, 95)) for k, v in stages.items()},
+        latencies_ms=ok,
     )
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import marshal
 import multiprocessing as mp
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -30,6 +32,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
@@ -103,7 +106,120 @@ def _args() -> argparse.Namespace:
         "arrival schedule and queries: both see the same machine (other work, thermal state) "
         "at the same moments, and rounds give fresh servers (start-to-start drift)",
     )
+    p.add_argument(
+        "--encode",
+        type=int,
+        default=0,
+        metavar="REQUESTS",
+        help="instead: the exporter child's CPU per span, encoding REQUESTS retrieve traces' rows "
+        "(the spans of one traced hybrid retrieve) the SDK's way (rebuilt as ReadableSpans, "
+        "encode_spans) and straight to protobuf (core/span_export._encode_rows); no server",
+    )
     return p.parse_args()
+
+
+def retrieve_trace_rows(rng: random.Random) -> list[tuple[Any, ...]]:
+    """The rows of one traced hybrid retrieve, as the server queues them (core/span_export):
+    the server span (api/middleware.py's attributes), ``retrieve``, its eight stage spans (the
+    README's names), the query embedder's batch and two statement spans (the psycopg
+    instrumentation's attributes); names, kinds, scopes and keys as served, values stand-ins."""
+    from core.span_export import finished_row
+
+    trace_id, now = rng.getrandbits(128), time.time_ns()
+    server, retrieve = rng.getrandbits(64), rng.getrandbits(64)
+    parent = SpanContext(trace_id, retrieve, False, TraceFlags(TraceFlags.SAMPLED))
+    ragline = ("ragline", None, None)
+
+    def row(name: str, span_id: int, parent_id: int | None, kind: SpanKind, ms: float, attrs: dict[str, Any],
+            scope: tuple[str, str | None, str | None]) -> tuple[Any, ...]:  # fmt: skip
+        up = None if parent_id is None else (parent_id, False, 1)
+        return (
+            name,
+            trace_id,
+            span_id,
+            1,
+            (),
+            up,
+            kind.value,
+            now,
+            now + int(ms * 1e6),
+            attrs,
+            0,
+            None,
+            (),
+            (),
+            scope,
+        )
+
+    http = {"http.request.method": "POST", "http.response.status_code": 200, "http.route": "/v1/retrieve"}
+    search = {"ragline.mode": "hybrid", "ragline.top_k": 8, "ragline.results": 8, "ragline.index_version": 3}
+    rows = [
+        row("POST /v1/retrieve", server, None, SpanKind.SERVER, 30, http, ragline),
+        row("retrieve", retrieve, server, SpanKind.INTERNAL, 28, search, ragline),
+    ]
+    for stage in ("acl_filter", "embed", "lexical", "dense", "fusion", "fetch", "rerank", "packing"):
+        attrs = {"ragline.stage": stage}
+        rows.append(
+            finished_row(f"retrieve.{stage}", parent, rng.getrandbits(64), now, now + 2_000_000, attrs)
+        )
+    batch = {"ragline.batch.items": 1, "ragline.batch.requests": 1}
+    rows.append(
+        finished_row("query_embedder.batch", parent, rng.getrandbits(64), now, now + 5_000_000, batch)
+    )
+    statement = (
+        "SELECT c.id, c.document_id, c.ordinal, c.title, c.section_path, c.page FROM chunks c "
+        "JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(%s) AND d.tenant_id = %s"
+    )
+    db = {"db.system": "postgresql", "db.name": "ragline", "db.statement": statement,
+          "net.peer.name": "127.0.0.1", "net.peer.port": 5432}  # fmt: skip
+    psycopg = ("opentelemetry.instrumentation.psycopg", "0.66b1", None)
+    for _ in range(2):
+        rows.append(row("SELECT", rng.getrandbits(64), retrieve, SpanKind.CLIENT, 1, dict(db), psycopg))
+    return rows
+
+
+def _encode(args: argparse.Namespace) -> None:
+    """CPU per span of the child's two ways to encode a batch, best of 7 repetitions each, from
+    the marshalled rows the pipe carries (``marshal.loads`` included in both)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+
+    from core.span_export import _encode_rows, _span
+
+    rng = random.Random(0)
+    resource = Resource.create({"service.name": "ragline"})
+    rows = [row for _ in range(args.encode) for row in retrieve_trace_rows(rng)]
+    wire = [marshal.dumps(row) for row in rows]
+    per_request = len(rows) / args.encode
+    batches = [wire[i : i + 512] for i in range(0, len(wire), 512)]  # OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+
+    def sdk() -> int:
+        return sum(
+            len(encode_spans([_span(marshal.loads(r), resource) for r in b]).SerializePartialToString())
+            for b in batches
+        )
+
+    def direct() -> int:
+        return sum(len(_encode_rows([marshal.loads(r) for r in b], resource)) for b in batches)
+
+    assert sdk() == direct(), "the two encodings differ in size"
+    got = {}
+    for name, fn in (("SDK: ReadableSpan + encode_spans", sdk), ("direct: _encode_rows", direct)):
+        best = float("inf")
+        for _ in range(7):
+            started = time.process_time()
+            size = fn()
+            best = min(best, time.process_time() - started)
+        got[name] = best * 1e6 / len(rows)
+    print(
+        f"\nexporter child, {args.encode:,} retrieve traces ({per_request:g} spans each,"
+        f" {size // args.encode:,} bytes each), batches of 512, CPU best of 7"
+    )
+    base = got["SDK: ReadableSpan + encode_spans"]
+    print_table(
+        ["encoding", "µs/span", "ms per traced request", "vs SDK"],
+        [[k, f"{v:.1f}", f"{v * per_request / 1000:.3f}", f"{v / base:.2f}x"] for k, v in got.items()],
+    )
 
 
 def _send(client: httpx.Client, query: str, sampled: bool) -> float:
@@ -203,6 +319,34 @@ def _geometric_interval(ratios: list[float], seed: int = 0) -> tuple[float, floa
     return float(np.exp(logs.mean())), float(np.exp(lo)), float(np.exp(hi))
 
 
+def _pooled_interval(
+    off: list[list[float]], on: list[list[float]], q: float, seed: int = 0
+) -> tuple[float, float, float]:
+    """The ratio of the q-th percentiles of every round's latencies pooled (on / off), and its
+    95% interval from resampling rounds (paired: a drawn round brings both its runs), 2,000
+    times: a pooled p95 rests on every round's tail, where one round's rests on its top 5%."""
+
+    def ratio(rounds: np.ndarray) -> float:
+        a = np.concatenate([on[i] for i in rounds])
+        b = np.concatenate([off[i] for i in rounds])
+        return float(np.percentile(a, q) / np.percentile(b, q))
+
+    rng = np.random.default_rng(seed)
+    n = len(off)
+    draws = [ratio(rng.integers(0, n, size=n)) for _ in range(2000)]
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return ratio(np.arange(n)), float(lo), float(hi)
+
+
+def _print_pooled(off: list[list[float]], on: list[list[float]]) -> None:
+    for q in (50, 95, 99):
+        mean, lo, hi = _pooled_interval(off, on, q)
+        print(
+            f"p{q} pooled over rounds: off {np.percentile(np.concatenate(off), q):.1f} ms,"
+            f" on {np.percentile(np.concatenate(on), q):.1f} ms, on/off {mean:.3f} [95% {lo:.3f}, {hi:.3f}]"
+        )
+
+
 def _side_by_side(
     args: argparse.Namespace,
     url: str,
@@ -258,6 +402,7 @@ def _side_by_side(
             f"{field[:3]} on/off: geometric mean {mean:.3f} [95% {lo:.3f}, {hi:.3f}],"
             f" median {statistics.median(ratios):.3f}, per round " + ", ".join(f"{x:.2f}" for x in ratios)
         )
+    _print_pooled([r["off"].latencies_ms for r in rounds], [r["on"].latencies_ms for r in rounds])
     cpu = [r["on"].per_request["server"] - r["off"].per_request["server"] for r in rounds]
     print(f"server CPU on - off, ms/req: median {statistics.median(cpu):+.2f}, per round "
           + ", ".join(f"{x:+.2f}" for x in cpu))  # fmt: skip
@@ -265,6 +410,9 @@ def _side_by_side(
 
 def main() -> None:
     args = _args()
+    if args.encode:
+        _encode(args)
+        return
     port, exports, received = mp.Value("i", 0), mp.Value("q", 0), mp.Value("q", 0)
     sink = mp.Process(target=_serve, args=(port, exports, received), daemon=True)
     sink.start()
@@ -344,6 +492,10 @@ def main() -> None:
     by_round = {(k, n): r for k, n, r in runs}
     per_round = [by_round["on", n].p95_ms / by_round["off", n].p95_ms for n in range(1, args.rounds + 1)]
     print("p95 ratio on/off per round: " + ", ".join(f"{x:.2f}" for x in per_round))
+    rounds = range(1, args.rounds + 1)
+    _print_pooled(
+        [by_round["off", n].latencies_ms for n in rounds], [by_round["on", n].latencies_ms for n in rounds]
+    )
     print(f"OTLP exports received: {exports.value} ({received.value:,} bytes)")
 
 

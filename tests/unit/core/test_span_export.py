@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -286,3 +287,94 @@ def test_the_exporter_child_runs_below_the_server_s_priority(sink: OtlpSink) -> 
         assert psutil.Process(processor._child.pid).nice() == min(own + EXPORT_NICE, 19)
     finally:
         processor.shutdown()
+
+
+def _rows() -> list[tuple[Any, ...]]:
+    """Rows covering what ``_encode_rows`` must encode as the SDK does: every kind, a remote
+    parent, trace state, events, links (remote and not), every attribute value type, statuses
+    with descriptions, and spans of several scopes (one of them none)."""
+    trace_id, root = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331
+    values = {"s": "text", "i": -7, "b": True, "f": 0.25, "none": None, "bytes": b"\x00\x01",
+              "strs": ("a", "b"), "ints": [1, 2], "map": {"k": "v", "n": 2}}  # fmt: skip
+    rows = [
+        ("POST /v1/retrieve", trace_id, root, 1, (("vendor", "x1"), ("other", "y")),
+         (0x1111, True, 1), SpanKind.SERVER.value, 10, 90, dict(values), StatusCode.ERROR.value,
+         "failed", (("exception", 55, {"exception.type": "ValueError"}), ("plain", 56, {})),
+         ((trace_id, 0x2222, True, 1, {"why": "batch"}), (0x33, 0x44, False, 0, {})),
+         ("opentelemetry.instrumentation.fastapi", "0.66b1", None)),
+    ]  # fmt: skip
+    ragline = ("ragline", None, None)
+    psycopg = ("opentelemetry.instrumentation.psycopg", "0.66b1", "https://opentelemetry.io/schemas/1.11.0")
+    for n, kind in enumerate(SpanKind):
+        attrs = {"ragline.count": n}
+        rows.append((f"stage{n}", trace_id, root + n + 1, 1, (), (root, False, 1), kind.value, 20 + n,
+                     30 + n, attrs, StatusCode.UNSET.value, None, (), (), ragline))  # fmt: skip
+    rows.append(("SELECT", trace_id, 0x5555, 1, (), (root, False, 1), SpanKind.CLIENT.value, 40, 41,
+                 {"db.statement": "SELECT 1"}, StatusCode.OK.value, None, (), (), psycopg))  # fmt: skip
+    rows.append(("unscoped", trace_id, 0x6666, 1, (), None, 0, 1, 2, {}, 0, None, (), (), None))
+    rows.append(("stage-again", trace_id, 0x7777, 1, (), (root, False, 1), 0, 5, 6, {}, 0, None, (), (),
+                 ragline))  # fmt: skip
+    return rows
+
+
+def test_rows_encode_byte_for_byte_as_the_sdk_encodes_the_spans_they_stand_for() -> None:
+    from core.span_export import _encode_rows, _span
+
+    rows = _rows()
+    for resource in (RESOURCE, Resource({"service.name": "x"}, "https://opentelemetry.io/schemas/1.21.0")):
+        expected = encode_spans([_span(row, resource) for row in rows]).SerializePartialToString()
+        assert _encode_rows(rows, resource) == expected
+
+
+def test_an_unencodable_attribute_costs_its_key_not_the_span() -> None:
+    from core.span_export import _encode_rows
+
+    row = list(_rows()[1])
+    row[9] = {"ok": 1, "bad": object()}
+    request = ExportTraceServiceRequest.FromString(_encode_rows([tuple(row)], RESOURCE))
+    (span,) = [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert [kv.key for kv in span.attributes] == ["ok"]
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.posted: list[bytes] = []
+
+    def export(self, data: bytes) -> None:
+        self.posted.append(data)
+
+
+class _Exporter:
+    """An exporter shaped as the SDK's: ``export`` of spans, and (where ``client``) the HTTP
+    client ``_row_export`` posts encoded requests with."""
+
+    def __init__(self, client: _Client | None, limit: int = 0) -> None:
+        if client is not None:
+            self._client, self._max_request_size = client, limit
+        self.exported: list[Any] = []
+
+    def export(self, spans: Any) -> None:
+        self.exported.append(list(spans))
+
+
+def test_the_child_posts_encoded_rows_through_the_exporter_s_client_within_its_size_limit() -> None:
+    from core.span_export import _encode_rows, _row_export
+
+    rows = _rows()
+    client = _Client()
+    exporter = _Exporter(client)
+    _row_export(exporter)(rows, RESOURCE)
+    assert client.posted == [_encode_rows(rows, RESOURCE)] and not exporter.exported
+    small = _Client()
+    _row_export(_Exporter(small, limit=100))(rows, RESOURCE)  # the request is larger: dropped
+    assert small.posted == []
+
+
+def test_an_exporter_without_a_client_gets_the_rows_rebuilt_as_sdk_spans() -> None:
+    from core.span_export import _row_export
+
+    exporter = _Exporter(None)
+    _row_export(exporter)(_rows(), RESOURCE)
+    (batch,) = exporter.exported
+    assert [s.name for s in batch] == [row[0] for row in _rows()]
+    assert all(s.resource is RESOURCE for s in batch)
