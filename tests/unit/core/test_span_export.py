@@ -296,7 +296,7 @@ def _rows() -> list[tuple[Any, ...]]:
     trace_id, root = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331
     values = {"s": "text", "i": -7, "b": True, "f": 0.25, "none": None, "bytes": b"\x00\x01",
               "strs": ("a", "b"), "ints": [1, 2], "map": {"k": "v", "n": 2}}  # fmt: skip
-    rows = [
+    rows: list[tuple[Any, ...]] = [
         ("POST /v1/retrieve", trace_id, root, 1, (("vendor", "x1"), ("other", "y")),
          (0x1111, True, 1), SpanKind.SERVER.value, 10, 90, dict(values), StatusCode.ERROR.value,
          "failed", (("exception", 55, {"exception.type": "ValueError"}), ("plain", 56, {})),
