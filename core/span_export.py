@@ -41,6 +41,13 @@ from typing import IO, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope as PBScope
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PBResource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PBSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as PBStatus
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags
@@ -509,8 +516,6 @@ class ProcessSpanProcessor(SpanProcessor):
 def _encode_value(value: Any) -> Any:
     """An attribute value as OTLP's ``AnyValue`` (the SDK encoder's rules: bool before int,
     sequences as arrays, mappings as key-value lists)."""
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
-
     kind = type(value)
     if kind is str:
         return AnyValue(string_value=value)
@@ -541,8 +546,6 @@ def _encode_value(value: Any) -> Any:
 
 
 def _encode_attributes(attributes: Mapping[str, Any] | None) -> list[Any]:
-    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-
     out = []
     for key, value in (attributes or {}).items():
         try:
@@ -557,13 +560,6 @@ def _encode_rows(rows: Sequence[Sequence[Any]], resource: Resource) -> bytes:
     makes of the same spans rebuilt as ``ReadableSpan``s (``_span``), byte for byte (a unit test
     compares the two), without building those objects: 0.41x the child's CPU a span
     (``python -m bench.tracing --encode 200``, docs/benchmarks.md)."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-    from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
-    from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PBResource
-    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, SpanFlags
-    from opentelemetry.proto.trace.v1.trace_pb2 import Span as PBSpan
-    from opentelemetry.proto.trace.v1.trace_pb2 import Status as PBStatus
-
     has_remote = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
     is_remote = has_remote | SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
     by_scope: dict[Any, list[Any]] = {}
@@ -602,9 +598,7 @@ def _encode_rows(rows: Sequence[Sequence[Any]], resource: Resource) -> bytes:
         spans.append(span)
     scope_spans = [
         ScopeSpans(
-            scope=InstrumentationScope()
-            if scope is None
-            else InstrumentationScope(name=scope[0], version=scope[1]),
+            scope=PBScope() if scope is None else PBScope(name=scope[0], version=scope[1]),
             spans=spans,
             schema_url="" if scope is None else scope[2] or "",  # "": unset, as None
         )
@@ -667,7 +661,7 @@ def _row_export(exporter: Any) -> Any:
     exporter's own HTTP client (its endpoint, headers, compression, timeout, TLS and retries,
     all from the ``OTEL_EXPORTER_OTLP_*`` variables), with the exporter's request-size limit;
     where an exporter release has no such client, the rows are rebuilt as SDK spans and handed
-    to ``exporter.export`` (the same request, at about twice the CPU)."""
+    to ``exporter.export`` (the same request, at about 2.4 times the CPU)."""
     client = getattr(exporter, "_client", None)
     limit = getattr(exporter, "_max_request_size", 0)
     if not callable(getattr(client, "export", None)) or not isinstance(limit, int):
