@@ -203,7 +203,13 @@ def install_provider(*, export_process: bool = True) -> None:
     # flushed and shut down at exit
     provider = TracerProvider(resource=resource, sampler=_no_statement_roots())
     if name == "otlp" and export_process:
-        from core.span_export import ProcessSpanProcessor, RowTracerProvider
+        try:
+            from core.span_export import ProcessSpanProcessor, RowTracerProvider
+        except ImportError as exc:  # the OTLP exporter's protobuf classes (opentelemetry-proto)
+            raise RuntimeError(
+                "tracing exports OTLP but opentelemetry-exporter-otlp-proto-http is not installed:"
+                " pip install 'ragline[otel]'"
+            ) from exc
 
         global _rows, _row_tracer, _row_provider
         processor = ProcessSpanProcessor(resource)
