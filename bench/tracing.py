@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from bench.common import print_table
 from bench.load import LoadConfig, LoadResult, run_rates
@@ -123,39 +123,27 @@ def retrieve_trace_rows(rng: random.Random) -> list[tuple[Any, ...]]:
     the server span (api/middleware.py's attributes), ``retrieve``, its eight stage spans (the
     README's names), the query embedder's batch and two statement spans (the psycopg
     instrumentation's attributes); names, kinds, scopes and keys as served, values stand-ins."""
-    from core.span_export import finished_row
+    from core.span_export import _make_row, finished_row
 
     trace_id, now = rng.getrandbits(128), time.time_ns()
-    server, retrieve = rng.getrandbits(64), rng.getrandbits(64)
-    parent = SpanContext(trace_id, retrieve, False, TraceFlags(TraceFlags.SAMPLED))
-    ragline = ("ragline", None, None)
+    sampled = TraceFlags(TraceFlags.SAMPLED)
 
-    def row(name: str, span_id: int, parent_id: int | None, kind: SpanKind, ms: float, attrs: dict[str, Any],
-            scope: tuple[str, str | None, str | None]) -> tuple[Any, ...]:  # fmt: skip
-        up = None if parent_id is None else (parent_id, False, 1)
-        return (
-            name,
-            trace_id,
-            span_id,
-            1,
-            (),
-            up,
-            kind.value,
-            now,
-            now + int(ms * 1e6),
-            attrs,
-            0,
-            None,
-            (),
-            (),
-            scope,
-        )
+    def new_span() -> SpanContext:
+        return SpanContext(trace_id, rng.getrandbits(64), False, sampled)
+
+    server, parent = new_span(), new_span()  # parent: the retrieve span, the stages' parent
+    ragline = ("ragline", None, None)
+    unset = Status(StatusCode.UNSET)
+
+    def row(name: str, ctx: SpanContext, up: SpanContext | None, kind: SpanKind, ms: float,
+            attrs: dict[str, Any], scope: tuple[str, str | None, str | None]) -> tuple[Any, ...]:  # fmt: skip
+        return _make_row(name, ctx, up, kind, now, now + int(ms * 1e6), attrs, unset, (), (), scope)
 
     http = {"http.request.method": "POST", "http.response.status_code": 200, "http.route": "/v1/retrieve"}
     search = {"ragline.mode": "hybrid", "ragline.top_k": 8, "ragline.results": 8, "ragline.index_version": 3}
     rows = [
         row("POST /v1/retrieve", server, None, SpanKind.SERVER, 30, http, ragline),
-        row("retrieve", retrieve, server, SpanKind.INTERNAL, 28, search, ragline),
+        row("retrieve", parent, server, SpanKind.INTERNAL, 28, search, ragline),
     ]
     for stage in ("acl_filter", "embed", "lexical", "dense", "fusion", "fetch", "rerank", "packing"):
         attrs = {"ragline.stage": stage}
@@ -174,7 +162,7 @@ def retrieve_trace_rows(rng: random.Random) -> list[tuple[Any, ...]]:
           "net.peer.name": "127.0.0.1", "net.peer.port": 5432}  # fmt: skip
     psycopg = ("opentelemetry.instrumentation.psycopg", "0.66b1", None)
     for _ in range(2):
-        rows.append(row("SELECT", rng.getrandbits(64), retrieve, SpanKind.CLIENT, 1, dict(db), psycopg))
+        rows.append(row("SELECT", new_span(), parent, SpanKind.CLIENT, 1, dict(db), psycopg))
     return rows
 
 

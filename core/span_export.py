@@ -516,15 +516,6 @@ class ProcessSpanProcessor(SpanProcessor):
 def _encode_value(value: Any) -> Any:
     """An attribute value as OTLP's ``AnyValue`` (the SDK encoder's rules: bool before int,
     sequences as arrays, mappings as key-value lists)."""
-    kind = type(value)
-    if kind is str:
-        return AnyValue(string_value=value)
-    if kind is int:
-        return AnyValue(int_value=value)
-    if kind is bool:
-        return AnyValue(bool_value=value)
-    if kind is float:
-        return AnyValue(double_value=value)
     if value is None:
         return AnyValue()
     if isinstance(value, bool):
@@ -542,7 +533,7 @@ def _encode_value(value: Any) -> Any:
     if isinstance(value, Mapping):
         pairs = [KeyValue(key=str(k), value=_encode_value(v)) for k, v in value.items()]
         return AnyValue(kvlist_value=KeyValueList(values=pairs))
-    raise TypeError(f"invalid attribute value of type {kind.__name__}")
+    raise TypeError(f"invalid attribute value of type {type(value).__name__}")
 
 
 def _encode_attributes(attributes: Mapping[str, Any] | None) -> list[Any]:
