@@ -4,6 +4,7 @@ rather than blocking, a dead child costs the caller nothing, and shutdown ends t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -378,3 +379,116 @@ def test_an_exporter_without_a_client_gets_the_rows_rebuilt_as_sdk_spans() -> No
     (batch,) = exporter.exported
     assert [s.name for s in batch] == [row[0] for row in _rows()]
     assert all(s.resource is RESOURCE for s in batch)
+
+
+def _state(span: Any) -> tuple[Any, ...]:
+    """What a caller can tell of a span after a block: its events, status and whether it ended."""
+    if isinstance(span, RowSpan):
+        events = [name for name, _, _ in span._events]
+        return events, span._status.status_code, span._status.description, span._end is not None
+    status = span.status
+    return [e.name for e in span.events], status.status_code, status.description, span.end_time is not None
+
+
+@pytest.mark.parametrize("raised", [None, ValueError("boom"), KeyboardInterrupt()])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"end_on_exit": False},
+        {"record_exception": False},
+        {"set_status_on_exception": False},
+    ],
+)
+def test_a_row_tracer_s_current_span_behaves_as_use_span(
+    sink: OtlpSink, raised: BaseException | None, options: dict[str, Any]
+) -> None:
+    """The row tracer's current-span block (a class, not ``use_span``'s generator) does what the
+    SDK tracer's does: the span is current inside and not after; an escaping ``Exception`` is
+    recorded with status ERROR (as asked), a ``BaseException`` is not; the span ends on exit
+    unless asked not to; the exception always propagates."""
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, _ = _provider(processor)
+    processor.bind(provider.sampler, provider.id_generator)
+    tracers = [provider.get_tracer("ragline"), RowTracerProvider(processor).get_tracer("ragline")]
+    states = []
+    try:
+        for tracer in tracers:
+            outside = trace.get_current_span()
+            made = None
+            with pytest.raises(type(raised)) if raised is not None else contextlib.nullcontext():
+                with tracer.start_as_current_span("block", **options) as made:
+                    assert trace.get_current_span() is made
+                    if raised is not None:
+                        raise raised
+            assert trace.get_current_span() is outside
+            states.append(_state(made))
+    finally:
+        provider.shutdown()
+    assert states[0] == states[1]
+    assert isinstance(made, RowSpan)
+
+
+def test_children_of_a_valid_parent_skip_only_a_default_parent_based_sampler(sink: OtlpSink) -> None:
+    """With a parent-based sampler's default delegates, a child of a valid parent is decided by
+    the parent's flag without calling the sampler, and comes out as the sampler would make it
+    (trace, flags with the random-id bit, trace state, parent, attributes, recording or not);
+    a sampler with another delegate, or no parent, still decides through the sampler."""
+    from opentelemetry.sdk.trace import sampling
+    from opentelemetry.trace.span import TraceState
+
+    from core.tracing import _no_statement_roots
+
+    processor = ProcessSpanProcessor(RESOURCE)
+    provider, _ = _provider(processor)
+    try:
+        state = TraceState([("vendor", "x1")])
+        parents = [
+            SpanContext(0xA1, 0xB1, False, TraceFlags(TraceFlags.SAMPLED)),
+            SpanContext(0xA2, 0xB2, False, TraceFlags(TraceFlags.DEFAULT)),
+            SpanContext(0xA3, 0xB3, True, TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID), state),
+            SpanContext(0xA4, 0xB4, True, TraceFlags(TraceFlags.DEFAULT), state),
+        ]
+
+        def made(parent: SpanContext, fast: bool) -> tuple[Any, ...]:
+            processor._parent_decides = fast
+            span = processor.start_span(
+                "child", trace.set_span_in_context(trace.NonRecordingSpan(parent)), attributes={"k": 1}
+            )
+            ctx = span.get_span_context()
+            flags = int(ctx.trace_flags)
+            fields: tuple[Any, ...] = (type(span), ctx.trace_id, flags, ctx.trace_state, ctx.is_remote)
+            if isinstance(span, RowSpan):
+                fields += (span._parent, span._attrs)
+            return fields
+
+        for sampler in (provider.sampler, _no_statement_roots(), sampling.ParentBasedTraceIdRatio(0.1)):
+            processor.bind(sampler, provider.id_generator)
+            assert processor._parent_decides
+            for parent in parents:
+                assert made(parent, True) == made(parent, False)
+            assert made(parents[0], True)[0] is RowSpan
+            assert made(parents[1], True)[0] is trace.NonRecordingSpan
+
+        class Counting(sampling.Sampler):
+            calls = 0
+
+            def should_sample(self, *args: Any, **kwargs: Any) -> sampling.SamplingResult:
+                Counting.calls += 1
+                return sampling.SamplingResult(sampling.Decision.DROP)
+
+            def get_description(self) -> str:
+                return "Counting"
+
+        custom = sampling.ParentBased(sampling.ALWAYS_ON, local_parent_sampled=Counting())
+        processor.bind(custom, provider.id_generator)
+        assert not processor._parent_decides
+        processor._parent_decides = False
+        span = processor.start_span("child", trace.set_span_in_context(trace.NonRecordingSpan(parents[0])))
+        assert Counting.calls == 1 and not span.is_recording()  # the custom delegate decided
+        processor.bind(sampling.ParentBased(Counting()), provider.id_generator)
+        assert processor._parent_decides
+        processor.start_span("root", trace.set_span_in_context(trace.INVALID_SPAN))
+        assert Counting.calls == 2  # no parent: the root sampler decides
+    finally:
+        provider.shutdown()
