@@ -427,37 +427,31 @@ class ProcessSpanProcessor(SpanProcessor):
         parent in ``context`` or the current one gives the trace), made as a ``RowSpan``; a
         span the sampler drops is a non-recording span carrying the new context."""
         parent = trace.get_current_span(context).get_span_context()
-        if parent.is_valid and self._parent_decides:
-            flags = parent.trace_flags & (TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
-            ctx = SpanContext(parent.trace_id, self._ids.generate_span_id(), False, TraceFlags(flags),
-                              parent.trace_state)  # fmt: skip
-            if not parent.trace_flags.sampled:
-                return trace.NonRecordingSpan(ctx)
-            start_ns = time.time_ns() if start_time is None else start_time
-            attrs = dict(attributes) if attributes else {}
-            return RowSpan(
-                self.on_end_row, name, ctx, parent, kind, attrs, _link_rows(links or ()), start_ns, scope
-            )
-        if not parent.is_valid:
-            trace_id = self._ids.generate_trace_id()
-            random_id = self._ids.is_trace_id_random()
-            parent_or_none = None
-        else:
-            trace_id, random_id, parent_or_none = parent.trace_id, parent.trace_flags.random_trace_id, parent
         links = links or ()
-        result = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        flags = TraceFlags.SAMPLED if result.decision.is_sampled() else TraceFlags.DEFAULT
-        if random_id:
-            flags |= TraceFlags.RANDOM_TRACE_ID
-        ctx = SpanContext(
-            trace_id, self._ids.generate_span_id(), False, TraceFlags(flags), result.trace_state
-        )
-        if not result.decision.is_recording():
+        parent_or_none: SpanContext | None = parent if parent.is_valid else None
+        if parent_or_none is not None and self._parent_decides:  # the default delegates' decision
+            trace_id, trace_state = parent.trace_id, parent.trace_state
+            flags = parent.trace_flags & (TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+            recording, passed = parent.trace_flags.sampled, attributes
+        else:
+            if parent_or_none is not None:
+                trace_id, random_id = parent.trace_id, parent.trace_flags.random_trace_id
+            else:
+                trace_id, random_id = self._ids.generate_trace_id(), self._ids.is_trace_id_random()
+            result = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
+            flags = TraceFlags.SAMPLED if result.decision.is_sampled() else TraceFlags.DEFAULT
+            if random_id:
+                flags |= TraceFlags.RANDOM_TRACE_ID
+            trace_state, passed = result.trace_state, result.attributes
+            recording = result.decision.is_recording()
+        ctx = SpanContext(trace_id, self._ids.generate_span_id(), False, TraceFlags(flags), trace_state)
+        if not recording:
             return trace.NonRecordingSpan(ctx)
-        attrs = dict(result.attributes or {})  # as the SDK: what the sampler passed on (all, by default)
+        attrs = dict(passed or {})  # as the SDK: what the sampler passed on (all, by default)
         start_ns = time.time_ns() if start_time is None else start_time
-        links_row = _link_rows(links)
-        return RowSpan(self.on_end_row, name, ctx, parent_or_none, kind, attrs, links_row, start_ns, scope)
+        return RowSpan(
+            self.on_end_row, name, ctx, parent_or_none, kind, attrs, _link_rows(links), start_ns, scope
+        )
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
         return
