@@ -105,12 +105,14 @@ def _lifespan(
             probe,
         )
         closers = [hook(app, settings) for hook in hooks]
-        freeze_startup_heap()  # models and index out of every later collection's scan
+        if settings.api.freeze_heap:
+            freeze_startup_heap()  # models and index out of every later collection's scan
         log.info("ragline API ready")
         try:
             yield
         finally:
-            unfreeze_heap()
+            if settings.api.freeze_heap:
+                unfreeze_heap()
             for close in reversed(closers):
                 close()
             probe.close()

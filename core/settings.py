@@ -64,6 +64,11 @@ class ApiSettings(Section):
     # Every request answers by this deadline (pool waits and statements are bounded by it);
     # one still running then gets 503 ``deadline_exceeded``. Health, metrics, uploads exempt.
     request_timeout_ms: int = Field(10_000, ge=100)
+    # After start-up, collect once and freeze the surviving heap (models, tokenizer, index) out
+    # of the garbage collector's scans (core/heap.py: 300-500 ms pauses otherwise). A process
+    # that builds many apps one after another (the test suite) turns it off: each freeze pays a
+    # full collection of that process's whole heap.
+    freeze_heap: bool = True
 
     @model_validator(mode="after")
     def _default_top_k_within_max(self) -> ApiSettings:

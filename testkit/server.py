@@ -88,7 +88,20 @@ def app_in_thread(
         thread.join(timeout=stop_timeout_s)
 
 
-def server_env(db_url: str, data_dir: Path, **extra: str) -> dict[str, str]:
+def share_models(data_dir: Path, models: Path) -> None:
+    """Point ``<data_dir>/models`` at a shared models folder (the session's ONNX exports), so a
+    process on this data dir reuses them instead of exporting again. An export is found only
+    when its meta matches the source model, and is published by an atomic rename, so sharing
+    the folder between processes is safe."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "models").symlink_to(models, target_is_directory=True)
+
+
+def server_env(db_url: str, data_dir: Path, *, models: Path | None = None, **extra: str) -> dict[str, str]:
+    """A ``ragline serve`` / CLI subprocess's environment on ``db_url`` and ``data_dir``;
+    ``models`` shares a models folder (``share_models``); ``extra`` adds variables."""
+    if models is not None:
+        share_models(data_dir, models)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLINE_")}
     env.update(
         RAGLINE_DATABASE_URL=db_url,

@@ -16,6 +16,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every app the tests build in this process skips the start-up heap freeze (a full collection
+# of a heap that holds torch and the model, per app); ``ragline serve`` subprocesses keep it
+# (testkit.server.server_env drops RAGLINE_* variables), and test_heap_freeze tests it.
+os.environ.setdefault("RAGLINE_API__FREEZE_HEAP", "false")
+
+# The suite's time report: every test's duration by bucket, the slowest, the total.
+pytest_plugins = ["testkit.durations"]
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -92,6 +99,20 @@ def onnx_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def embedding_export(onnx_models: Path) -> Path:
+    """The bundled model's ONNX export, made once per session in ``onnx_models``: every
+    ``ragline serve`` subprocess and CLI test finds it through ``share_models`` instead of
+    exporting again (~20-30 s each). Tests of the export itself keep their own folders."""
+    from index.embedder import resolve_model_path
+    from index.onnx_export import ensure_export, onnx_cache_dir
+    from core.settings import DEFAULT_EMBEDDING_MODEL
+
+    out_dir = onnx_cache_dir(onnx_models.parent, DEFAULT_EMBEDDING_MODEL)
+    ensure_export(resolve_model_path(DEFAULT_EMBEDDING_MODEL), out_dir)
+    return onnx_models
+
+
+@pytest.fixture(scope="session")
 def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One local Ray for the whole session (ray.init costs ~5 s and ~0.6 GiB)."""
     import ray
@@ -105,7 +126,7 @@ def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 # The session fixtures that start PostgreSQL, load the model or start Ray: a test that reaches
 # one of them (directly or through another fixture) is an integration test and must say so.
-INTEGRATION_FIXTURES = frozenset({"pg_url", "embedder", "ray_local"})
+INTEGRATION_FIXTURES = frozenset({"pg_url", "embedder", "ray_local", "embedding_export"})
 
 
 def unmarked_integration(items: list[pytest.Item]) -> list[str]:

@@ -48,10 +48,11 @@ State = dict[str, Doc | None]  # external id -> what the catalog must hold (None
 
 
 @pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
+def server(db_url: str, tmp_path: Path, embedding_export: Path) -> Iterator[ServerProcess]:
     env = server_env(
         db_url,
         tmp_path / "data",
+        models=embedding_export,
         RAGLINE_INGEST__JOB_LEASE_SECONDS="4",  # a dead server's job is taken over within seconds
         RAGLINE_INDEX__MAINTENANCE_SECONDS="0",  # the test runs its own rebuilds
     )

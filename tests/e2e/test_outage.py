@@ -166,12 +166,13 @@ class QueryLoop:
 
 
 def test_postgres_outage_fails_fast_and_recovers(
-    own_cluster: tuple[embedded.LocalCluster, str], tmp_path: Path
+    own_cluster: tuple[embedded.LocalCluster, str], tmp_path: Path, embedding_export: Path
 ) -> None:
     cluster, url = own_cluster
     env = server_env(
         url,
         tmp_path / "data",
+        models=embedding_export,
         RAGLINE_API__REQUEST_TIMEOUT_MS=str(DEADLINE_MS),
         RAGLINE_INGEST__INLINE_MAX_DOCUMENTS="1000",  # the big job stays in-process too
         RAGLINE_INDEX__POLL_SECONDS="0.5",

@@ -18,10 +18,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BURST = 24
 
 
-def test_a_burst_past_the_limits_is_shed_and_the_rest_served(db_url: str, tmp_path: Path) -> None:
+def test_a_burst_past_the_limits_is_shed_and_the_rest_served(
+    db_url: str, tmp_path: Path, embedding_export: Path
+) -> None:
     env = server_env(
         db_url,
         tmp_path / "data",
+        models=embedding_export,
         RAGLINE_API__MAX_INFLIGHT="1",
         RAGLINE_API__MAX_QUEUED="2",
         RAGLINE_API__QUEUE_TIMEOUT_MS="100",

@@ -25,10 +25,13 @@ QUERY = "how do I promote the standby during a primary failover?"
 
 
 @pytest.fixture
-def replicas(db_url: str, tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+def replicas(
+    db_url: str, tmp_path: Path, embedding_export: Path
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     env = server_env(
         db_url,
         tmp_path / "store",  # one store both replicas mount
+        models=embedding_export,
         RAGLINE_INDEX__POLL_SECONDS=str(POLL_SECONDS),
         RAGLINE_INDEX__MAINTENANCE_SECONDS="0",  # no rebuild of its own during the test
         RAGLINE_INDEX__SHARDS="1",

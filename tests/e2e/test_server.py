@@ -26,9 +26,10 @@ SALARIES = "hr-compensation-bands.txt"
 
 
 @pytest.fixture
-def server(db_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
+def server(db_url: str, tmp_path: Path, embedding_export: Path) -> Iterator[ServerProcess]:
     """A running ``ragline serve`` on a clean catalog; always killed at the end."""
-    srv = ServerProcess(server_env(db_url, tmp_path / "data"), tmp_path / "server.log")
+    env = server_env(db_url, tmp_path / "data", models=embedding_export)
+    srv = ServerProcess(env, tmp_path / "server.log")
     try:
         srv.start()
         yield srv

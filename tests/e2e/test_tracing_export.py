@@ -30,9 +30,15 @@ def sink() -> Iterator[OtlpSink]:
 
 
 @pytest.fixture
-def traced_server(db_url: str, tmp_path: Path, sink: OtlpSink) -> Iterator[ServerProcess]:
+def traced_server(
+    db_url: str, tmp_path: Path, sink: OtlpSink, embedding_export: Path
+) -> Iterator[ServerProcess]:
     env = server_env(
-        db_url, tmp_path / "data", OTEL_EXPORTER_OTLP_ENDPOINT=sink.url, OTEL_BSP_SCHEDULE_DELAY="100"
+        db_url,
+        tmp_path / "data",
+        models=embedding_export,
+        OTEL_EXPORTER_OTLP_ENDPOINT=sink.url,
+        OTEL_BSP_SCHEDULE_DELAY="100",
     )
     srv = ServerProcess(env, tmp_path / "server.log")
     try:

@@ -24,6 +24,25 @@ def foundation_client(db_url: str, tmp_path: Path) -> Iterator[TestClient]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def foundation_client_shared(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """One foundation API for the whole module, for tests that only need a running app (input
+    checks, error shapes): each test still starts on an emptied catalog (``db_url``) with keys of
+    its own, and none may change the app (routes, pools, settings): those take
+    ``foundation_client``, which builds an app per test."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("foundation-shared"), database_url=pg_url)
+    with TestClient(create_app(settings, hooks=[])) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def full_client_shared(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[TestClient]:
+    """``full_client`` once per module, for tests that send requests no index answers (bad
+    bodies, refused parameters) and push nothing: the catalog is emptied under it before each
+    test (``db_url``), so a test that ingests or reads an index takes ``full_client``."""
+    yield from serving_client(full_settings(pg_url, tmp_path_factory.mktemp("full-shared")), embedder)
+
+
 def full_settings(db_url: str, tmp_path: Path, **overrides: object) -> Settings:
     return Settings(data_dir=tmp_path, database_url=db_url, **overrides)  # type: ignore[arg-type]
 

@@ -39,9 +39,9 @@ BAD_DOCUMENTS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_DOCUMENTS))
-def test_a_bad_document_is_rejected_alone(foundation_client: TestClient, db_url: str, case: str) -> None:
+def test_a_bad_document_is_rejected_alone(foundation_client_shared: TestClient, db_url: str, case: str) -> None:
     token = make_key(db_url, "acme", ["ingest"])
-    resp = foundation_client.post(
+    resp = foundation_client_shared.post(
         "/v1/documents", json={"documents": [_doc("good"), BAD_DOCUMENTS[case]]}, headers=_auth(token)
     )
     assert resp.status_code == 202, resp.text
@@ -50,9 +50,9 @@ def test_a_bad_document_is_rejected_alone(foundation_client: TestClient, db_url:
     assert [(r["index"], r["code"]) for r in body["rejections"]] == [(1, "invalid_document")]
 
 
-def test_a_push_with_every_document_rejected_is_422(foundation_client: TestClient, db_url: str) -> None:
+def test_a_push_with_every_document_rejected_is_422(foundation_client_shared: TestClient, db_url: str) -> None:
     token = make_key(db_url, "acme", ["ingest"])
-    resp = foundation_client.post(
+    resp = foundation_client_shared.post(
         "/v1/documents",
         json={"documents": [BAD_DOCUMENTS["nul_in_title"], {"external_id": "x"}]},
         headers=_auth(token),
@@ -74,10 +74,10 @@ def test_a_push_with_every_document_rejected_is_422(foundation_client: TestClien
     ],
 )
 def test_bad_document_paths_and_acls_are_422(
-    foundation_client: TestClient, db_url: str, method: str, path: str, body: dict | None
+    foundation_client_shared: TestClient, db_url: str, method: str, path: str, body: dict | None
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
-    resp = foundation_client.request(method, path, json=body, headers=_auth(token))
+    resp = foundation_client_shared.request(method, path, json=body, headers=_auth(token))
     assert resp.status_code == 422, resp.text
     assert resp.json()["error"]["request_id"] == resp.headers["x-request-id"]
 
@@ -93,9 +93,9 @@ def test_bad_document_paths_and_acls_are_422(
         ("user:b%00ob", ["group:ops"]),
     ],
 )
-def test_bad_groups_are_422(foundation_client: TestClient, db_url: str, principal: str, groups: list) -> None:
+def test_bad_groups_are_422(foundation_client_shared: TestClient, db_url: str, principal: str, groups: list) -> None:
     token = make_key(db_url, "acme", ["admin"])
-    resp = foundation_client.put(
+    resp = foundation_client_shared.put(
         f"/v1/principals/{principal}/groups", json={"groups": groups}, headers=_auth(token)
     )
     assert resp.status_code == 422, resp.text
@@ -111,8 +111,8 @@ def test_principal_ids_are_full_matched() -> None:
     assert validate_principal_id("user:alice") == "user:alice"
 
 
-def test_405_carries_allow_and_the_shared_body(foundation_client: TestClient) -> None:
-    resp = foundation_client.get("/v1/documents")
+def test_405_carries_allow_and_the_shared_body(foundation_client_shared: TestClient) -> None:
+    resp = foundation_client_shared.get("/v1/documents")
     assert resp.status_code == 405
     assert resp.headers["allow"] == "POST"
     error = resp.json()["error"]

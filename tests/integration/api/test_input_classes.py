@@ -72,12 +72,12 @@ BAD_PUSHED = {
 
 @pytest.mark.parametrize("case", sorted(BAD_PUSHED))
 def test_a_bad_document_is_rejected_alone_and_the_batch_kept(
-    foundation_client: TestClient, db_url: str, case: str
+    foundation_client_shared: TestClient, db_url: str, case: str
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
     bad, literals = BAD_PUSHED[case]
     body = _raw({"documents": [_doc("good"), bad, _doc("good-2")]}, *literals)
-    resp = _post_raw(foundation_client, "POST", "/v1/documents", body, token)
+    resp = _post_raw(foundation_client_shared, "POST", "/v1/documents", body, token)
     assert resp.status_code == 202, resp.text
     out = resp.json()
     assert out["accepted"] == 2 and out["job_id"], out
@@ -86,14 +86,14 @@ def test_a_bad_document_is_rejected_alone_and_the_batch_kept(
     field = {"surrogate_external_id": "external_id", "surrogate_acl": "acl", "surrogate_text": "text"}
     assert field.get(case, "title" if "title" in case else "metadata") in rejection["message"]
     # The valid documents are stored as queued items of the job, nothing else.
-    job = foundation_client.get(f"/v1/jobs/{out['job_id']}", headers=_auth(token)).json()
+    job = foundation_client_shared.get(f"/v1/jobs/{out['job_id']}", headers=_auth(token)).json()
     assert job["documents"]["total"] == 2
 
 
-def test_a_push_of_only_bad_documents_is_one_422(foundation_client: TestClient, db_url: str) -> None:
+def test_a_push_of_only_bad_documents_is_one_422(foundation_client_shared: TestClient, db_url: str) -> None:
     token = make_key(db_url, "acme", ["ingest"])
     body = _raw({"documents": [_doc(SURROGATE), _doc("x", metadata={"k": float("nan")}), "not-a-document"]})
-    resp = _post_raw(foundation_client, "POST", "/v1/documents", body, token)
+    resp = _post_raw(foundation_client_shared, "POST", "/v1/documents", body, token)
     assert resp.status_code == 422, resp.text
     error = resp.json()["error"]
     assert error["code"] == "all_documents_rejected"
@@ -120,7 +120,7 @@ def test_a_push_of_only_bad_documents_is_one_422(foundation_client: TestClient, 
     ],
 )
 def test_bad_text_in_bodies_and_paths_is_a_422_naming_the_field(
-    foundation_client: TestClient,
+    foundation_client_shared: TestClient,
     db_url: str,
     method: str,
     path: str,
@@ -129,7 +129,7 @@ def test_bad_text_in_bodies_and_paths_is_a_422_naming_the_field(
     field: str,
 ) -> None:
     token = make_key(db_url, "acme", [role])
-    resp = _post_raw(foundation_client, method, path, _raw(body) if body is not None else b"", token)
+    resp = _post_raw(foundation_client_shared, method, path, _raw(body) if body is not None else b"", token)
     assert resp.status_code == 422, resp.text
     _field_named(resp, field)
 
@@ -144,14 +144,14 @@ def test_bad_text_in_bodies_and_paths_is_a_422_naming_the_field(
         ({"external_id": "doc", "as_principal": "user:b\x00ob"}, "as_principal"),
     ],
 )
-def test_bad_text_in_explain_is_a_422(full_client: TestClient, db_url: str, body: dict, field: str) -> None:
+def test_bad_text_in_explain_is_a_422(full_client_shared: TestClient, db_url: str, body: dict, field: str) -> None:
     admin = make_key(db_url, "acme", ["admin"])
-    resp = _post_raw(full_client, "POST", "/v1/admin/explain", _raw(body), admin)
+    resp = _post_raw(full_client_shared, "POST", "/v1/admin/explain", _raw(body), admin)
     assert resp.status_code == 422, resp.text
     _field_named(resp, field)
 
 
-def test_bad_text_and_numbers_in_retrieve_are_422(full_client: TestClient, db_url: str) -> None:
+def test_bad_text_and_numbers_in_retrieve_are_422(full_client_shared: TestClient, db_url: str) -> None:
     reader = make_key(db_url, "acme", ["query"], principal="user:u")
     for body, literals, field in (
         ({"query": SURROGATE}, (), "query"),
@@ -159,7 +159,7 @@ def test_bad_text_and_numbers_in_retrieve_are_422(full_client: TestClient, db_ur
         ({"query": "pumps", "top_k": "@n@"}, (("@n@", "NaN"),), "top_k"),
         ({"query": "pumps", "max_context_tokens": "@n@"}, (("@n@", "1e999"),), "max_context_tokens"),
     ):
-        resp = _post_raw(full_client, "POST", "/v1/retrieve", _raw(body, *literals), reader)
+        resp = _post_raw(full_client_shared, "POST", "/v1/retrieve", _raw(body, *literals), reader)
         assert resp.status_code == 422, (body, resp.text)
         _field_named(resp, field)
 
@@ -190,10 +190,10 @@ def _upload(client: TestClient, token: str, **fields: str):
     ],
 )
 def test_bad_upload_fields_are_a_422_naming_the_field(
-    foundation_client: TestClient, db_url: str, fields: dict[str, str], field: str
+    foundation_client_shared: TestClient, db_url: str, fields: dict[str, str], field: str
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
-    resp = _upload(foundation_client, token, **fields)
+    resp = _upload(foundation_client_shared, token, **fields)
     assert resp.status_code == 422, resp.text
     _field_named(resp, field)
 
@@ -215,20 +215,20 @@ def test_bad_upload_fields_are_a_422_naming_the_field(
     ],
 )
 def test_loose_booleans_and_numbers_are_refused(
-    full_client: TestClient, db_url: str, path: str, body: dict, role: str
+    full_client_shared: TestClient, db_url: str, path: str, body: dict, role: str
 ) -> None:
     token = make_key(db_url, "acme", [role], principal="user:u" if role == "query" else None)
     method = "PUT" if path.endswith("/acl") else "POST"
-    resp = full_client.request(method, path, json=body, headers=_auth(token))
+    resp = full_client_shared.request(method, path, json=body, headers=_auth(token))
     assert resp.status_code == 422, (body, resp.text)
     _field_named(resp, next(k for k in body if k not in ("roles", "query", "model", "principals")))
     if path == "/v1/admin/keys":
-        keys = full_client.get("/v1/admin/keys", headers=_auth(token)).json()
+        keys = full_client_shared.get("/v1/admin/keys", headers=_auth(token)).json()
         assert not any(k["can_delegate"] for k in keys)  # nothing was created
 
 
-def test_a_strict_body_still_takes_dates_as_strings(full_client: TestClient, db_url: str) -> None:
+def test_a_strict_body_still_takes_dates_as_strings(full_client_shared: TestClient, db_url: str) -> None:
     reader = make_key(db_url, "acme", ["query"], principal="user:u")
     body = {"query": "pumps", "top_k": 3, "rerank": False, "filters": {"created_after": "2024-01-01"}}
-    resp = full_client.post("/v1/retrieve", json=body, headers=_auth(reader))
+    resp = full_client_shared.post("/v1/retrieve", json=body, headers=_auth(reader))
     assert resp.status_code == 200, resp.text

@@ -102,9 +102,10 @@ CASES = [
 ]
 
 
-@pytest.fixture
-def conformance(foundation_client: TestClient):
-    schema = schemathesis.openapi.from_dict(foundation_client.get("/openapi.json").json())
+@pytest.fixture(scope="module")
+def conformance(foundation_client_shared: TestClient):
+    """The app's schema and the conformance checks, built once per module."""
+    schema = schemathesis.openapi.from_dict(foundation_client_shared.get("/openapi.json").json())
     load_all_checks()
     checks = [c for c in CHECKS.get_all() if c.__name__ in _CONFORMANCE]
     assert len(checks) == len(_CONFORMANCE)
@@ -113,7 +114,7 @@ def conformance(foundation_client: TestClient):
 
 @pytest.mark.parametrize(("method", "template", "path", "role", "body", "status"), CASES)
 def test_edge_answers_are_the_documented_ones(
-    foundation_client: TestClient,
+    foundation_client_shared: TestClient,
     db_url: str,
     conformance,
     method: str,
@@ -127,7 +128,7 @@ def test_edge_answers_are_the_documented_ones(
     token = make_key(db_url, "acme", [role], principal="user:q" if role == "query" else None)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     content = body if isinstance(body, bytes) else (b"" if body is None else _json(body))
-    response = foundation_client.request(method, path, content=content, headers=headers)
+    response = foundation_client_shared.request(method, path, content=content, headers=headers)
     assert response.status_code == status, response.text
     case = schema[template][method].Case(path_parameters=_path_parameters(template, path))
     case.validate_response(response, checks=checks, headers=headers)
@@ -141,7 +142,7 @@ def _path_parameters(template: str, path: str) -> dict[str, str]:
 
 
 def test_upload_answers_are_the_documented_ones(
-    foundation_client: TestClient,
+    foundation_client_shared: TestClient,
     db_url: str,
     conformance,
 ) -> None:
@@ -156,7 +157,7 @@ def test_upload_answers_are_the_documented_ones(
         ({}, "a.pages", 422),  # Apple Pages: not parsed
         ({}, "notes", 202),
     ):
-        response = foundation_client.post(
+        response = foundation_client_shared.post(
             "/v1/documents:upload",
             headers=headers,
             files={"file": (name, b"some words", "application/octet-stream")},
@@ -166,8 +167,8 @@ def test_upload_answers_are_the_documented_ones(
         case.validate_response(response, checks=checks, headers=headers)
 
 
-def test_the_schema_says_what_a_pushed_document_needs(foundation_client: TestClient) -> None:
-    spec = foundation_client.get("/openapi.json").json()
+def test_the_schema_says_what_a_pushed_document_needs(foundation_client_shared: TestClient) -> None:
+    spec = foundation_client_shared.get("/openapi.json").json()
     push = spec["components"]["schemas"]["PushRequest"]["properties"]["documents"]
     assert push["items"] == {"$ref": "#/components/schemas/DocumentIn"}
     document = spec["components"]["schemas"]["DocumentIn"]

@@ -40,12 +40,12 @@ def _chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
     [("/v1/documents", "application/json"), ("/v1/documents:upload", "multipart/form-data; boundary=b")],
 )
 def test_an_oversize_body_without_content_length_is_413(
-    foundation_client: TestClient, db_url: str, path: str, content_type: str
+    foundation_client_shared: TestClient, db_url: str, path: str, content_type: str
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
-    settings = foundation_client.app.state.settings  # type: ignore[attr-defined]
+    settings = foundation_client_shared.app.state.settings  # type: ignore[attr-defined]
     settings.api.max_body_bytes = settings.api.max_upload_bytes = 100_000
-    resp = foundation_client.post(
+    resp = foundation_client_shared.post(
         path, content=_chunks(300_000), headers={**_auth(token), "Content-Type": content_type}
     )
     assert "content-length" not in resp.request.headers
@@ -54,7 +54,7 @@ def test_an_oversize_body_without_content_length_is_413(
     assert error["code"] == "payload_too_large" and "100000" in error["message"]
     assert error["request_id"] == resp.headers["x-request-id"]
     # Under the limit, the same streamed body is taken.
-    ok = foundation_client.post(
+    ok = foundation_client_shared.post(
         "/v1/documents", content=_chunks(50_000), headers={**_auth(token), "Content-Type": "application/json"}
     )
     assert ok.status_code == 202, ok.text
@@ -69,13 +69,13 @@ def _served_methods(app: FastAPI, path: str) -> set[str]:
     }
 
 
-def test_allow_names_every_method_of_every_route_at_the_path(foundation_client: TestClient) -> None:
-    app: FastAPI = foundation_client.app  # type: ignore[assignment]
+def test_allow_names_every_method_of_every_route_at_the_path(foundation_client_shared: TestClient) -> None:
+    app: FastAPI = foundation_client_shared.app  # type: ignore[assignment]
     paths = {
         re.sub(r"\{[^}]+\}", "x", r.path) for r in iter_route_contexts(app.routes) if r.methods and r.path
     }
     for path in sorted(paths):
-        resp = foundation_client.options(path)
+        resp = foundation_client_shared.options(path)
         assert resp.status_code == 405, path
         allow = {m.strip() for m in resp.headers["allow"].split(",")}
         assert allow == _served_methods(app, path), path
@@ -90,8 +90,8 @@ def test_allow_names_every_method_of_every_route_at_the_path(foundation_client: 
         "/v1/jobs/x:resume": "GET, POST",
     }
     for path, header in expected.items():
-        assert foundation_client.options(path).headers["allow"] == header, path
-    assert foundation_client.patch("/v1/admin/keys").headers["allow"] == "GET, POST"
+        assert foundation_client_shared.options(path).headers["allow"] == header, path
+    assert foundation_client_shared.patch("/v1/admin/keys").headers["allow"] == "GET, POST"
 
 
 @pytest.mark.parametrize(
@@ -104,17 +104,17 @@ def test_allow_names_every_method_of_every_route_at_the_path(foundation_client: 
     ],
 )
 def test_a_body_that_is_not_json_is_400(
-    foundation_client: TestClient, db_url: str, path: str, role: str, body: bytes
+    foundation_client_shared: TestClient, db_url: str, path: str, role: str, body: bytes
 ) -> None:
     token = make_key(db_url, "acme", [role])
     method = "PUT" if path.endswith("/acl") else "POST"
     headers = {**_auth(token), "Content-Type": "application/json"}
-    resp = foundation_client.request(method, path, content=body, headers=headers)
+    resp = foundation_client_shared.request(method, path, content=body, headers=headers)
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["code"] == "bad_request" and "not valid JSON" in error["message"]
     # As the OpenAPI document says (and its example: bad_request).
-    op = foundation_client.get("/openapi.json").json()["paths"][path.replace("/doc/", "/{external_id}/")]
+    op = foundation_client_shared.get("/openapi.json").json()["paths"][path.replace("/doc/", "/{external_id}/")]
     example = op[method.lower()]["responses"]["400"]["content"]["application/json"]["example"]
     assert example["error"]["code"] == "bad_request"
 
@@ -144,10 +144,10 @@ def _item_type(db_url: str, job_id: str) -> str:
     ],
 )
 def test_an_upload_without_mime_type_is_detected(
-    foundation_client: TestClient, db_url: str, name: str, content: bytes, part_type: str, expected: str
+    foundation_client_shared: TestClient, db_url: str, name: str, content: bytes, part_type: str, expected: str
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
-    resp = foundation_client.post(
+    resp = foundation_client_shared.post(
         "/v1/documents:upload",
         headers=_auth(token),
         files={"file": (name, content, part_type)},
@@ -166,10 +166,12 @@ def test_an_upload_without_mime_type_is_detected(
     ],
 )
 def test_an_unsupported_upload_type_is_unsupported_type(
-    foundation_client: TestClient, db_url: str, fields: dict, name: str, content: bytes, shown: str
+    foundation_client_shared: TestClient, db_url: str, fields: dict, name: str, content: bytes, shown: str
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
-    resp = foundation_client.post(
+    upload_dir = foundation_client_shared.app.state.settings.upload_dir  # type: ignore[attr-defined]
+    kept = set(upload_dir.glob("*"))  # the module's accepted uploads, queued for no runner
+    resp = foundation_client_shared.post(
         "/v1/documents:upload",
         headers=_auth(token),
         files={"file": (name, content, "application/octet-stream")},
@@ -179,18 +181,18 @@ def test_an_unsupported_upload_type_is_unsupported_type(
     error = resp.json()["error"]
     assert error["code"] == "unsupported_type" and shown in error["message"], error
     assert "validation error" not in error["message"]  # no raw pydantic text
-    assert not list(foundation_client.app.state.settings.upload_dir.glob("*"))  # type: ignore[attr-defined]
+    assert set(upload_dir.glob("*")) == kept  # the refused upload left no file behind
 
 
 def test_an_unsupported_type_in_a_push_is_its_own_rejection(
-    foundation_client: TestClient, db_url: str
+    foundation_client_shared: TestClient, db_url: str
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
     docs = [
         {"external_id": "ok", "text": "fine"},
         {"external_id": "doc", "content_base64": "aGVsbG8=", "mime_type": "application/msword"},
     ]
-    resp = foundation_client.post("/v1/documents", json={"documents": docs}, headers=_auth(token))
+    resp = foundation_client_shared.post("/v1/documents", json={"documents": docs}, headers=_auth(token))
     assert resp.status_code == 202, resp.text
     [rejection] = resp.json()["rejections"]
     assert rejection["code"] == "unsupported_type" and "application/msword" in rejection["message"]

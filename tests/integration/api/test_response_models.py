@@ -51,8 +51,8 @@ def _error(resp: Response, status: int, code: str) -> None:
     assert _matches(ErrorBody, resp, status).error.code == code
 
 
-def test_foundation_answers_match_their_models(foundation_client: TestClient, db_url: str) -> None:
-    client = foundation_client
+def test_foundation_answers_match_their_models(foundation_client_shared: TestClient, db_url: str) -> None:
+    client = foundation_client_shared
     _matches(HealthOut, client.get("/healthz"), 200)
     assert _matches(ReadyOut, client.get("/readyz"), 200).status == "ready"
     admin = _auth(make_key(db_url, "acme", ["admin"]))
@@ -80,8 +80,8 @@ def test_foundation_answers_match_their_models(foundation_client: TestClient, db
     _matches(JobOut, client.post(f"/v1/jobs/{pushed.job_id}:cancel", headers=ingest), 200)
 
 
-def test_error_answers_match_the_error_body(foundation_client: TestClient, db_url: str) -> None:
-    client = foundation_client
+def test_error_answers_match_the_error_body(foundation_client_shared: TestClient, db_url: str) -> None:
+    client = foundation_client_shared
     query = _auth(make_key(db_url, "acme", ["query"]))
     ingest = _auth(make_key(db_url, "acme", ["ingest"]))
     _error(client.get("/v1/jobs"), 401, "unauthenticated")
