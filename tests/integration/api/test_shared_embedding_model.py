@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from core.settings import Settings
-from index.embedder import Embedder
+from index.embedder import Embedder, OnnxEmbedder
 from tests.integration.api.conftest import make_key, push_and_wait
 from wiring.embedding import query_embedding_spec
 
@@ -47,6 +47,7 @@ def test_search_and_the_ingest_runner_share_one_loaded_model(
         # An int8 query encoder is another model: it gets its own, the fp32 one stays shared.
         int8 = dataclasses.replace(query_embedding_spec(settings), precision="int8")
         int8_embedder = app.state.embedding_models.get(int8)
-        assert _model(int8_embedder) is not _model(search_embedder)
-        assert _model(int8_embedder).precision == "int8"
+        int8_model = _model(int8_embedder)
+        assert int8_model is not _model(search_embedder)
+        assert isinstance(int8_model, OnnxEmbedder) and int8_model.precision == "int8"
         assert len(app.state.embedding_models) == 2

@@ -56,7 +56,7 @@ def test_what_decides_the_model_loads_another() -> None:
     models = EmbeddingModels(FakeModel)
     first = models.get(SPEC)
     for change in ({"precision": "int8"}, {"threads": 1}, {"model_name": "other"}, {"device": "cuda"}):
-        other = models.get(dataclasses.replace(SPEC, **change))  # type: ignore[arg-type]
+        other = models.get(dataclasses.replace(SPEC, **change))
         assert other.model is not first.model, change
     assert models.get(SPEC).model is first.model
     assert len(models) == 5
