@@ -10,12 +10,26 @@ from fastapi import FastAPI
 from api.observe import RetrieveObserver, record_job_outcome
 from core.settings import Settings
 from index.embedder import Embedder
+from index.shared_embedders import EmbeddingModels
 from wiring import audit_writer, build_search_service, maintenance_scheduler, make_runner
 
 
+def embedding_models(app: FastAPI) -> EmbeddingModels:
+    """The app's loaded embedding models, made by the first hook that asks.
+
+    The ingest runner and the search service load their model through it, so a server process
+    holds one copy of a model both use (issue 42: each used to load its own).
+    """
+    models: EmbeddingModels | None = getattr(app.state, "embedding_models", None)
+    if models is None:  # hooks run one after another in the lifespan: no race here
+        models = app.state.embedding_models = EmbeddingModels()
+    return models
+
+
 def ingest_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
-    """The background ingestion runner (own embedder, resumes unfinished jobs)."""
-    runner = make_runner(settings, app.state.database_url, embedder=embedder)
+    """The background ingestion runner (resumes unfinished jobs); ``embedder`` overrides the
+    app's shared model (tests inject theirs)."""
+    runner = make_runner(settings, app.state.database_url, embedder=embedder, models=embedding_models(app))
     runner.on_finished = record_job_outcome
     runner.start(resume=True)
     app.state.runner = runner
@@ -32,8 +46,14 @@ def maintenance_hook(app: FastAPI, settings: Settings) -> Callable[[], None]:
 
 
 def search_hook(app: FastAPI, settings: Settings, embedder: Embedder | None = None) -> Callable[[], None]:
-    """The search service on ``app.state.search``."""
-    service, close = build_search_service(settings, app.state.pool, embedder, read_pool=app.state.read_pool)
+    """The search service on ``app.state.search``, its query encoder from the app's shared models."""
+    service, close = build_search_service(
+        settings,
+        app.state.pool,
+        embedder,
+        read_pool=app.state.read_pool,
+        models=embedding_models(app),
+    )
     app.state.search = service
     return close
 

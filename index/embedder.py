@@ -40,6 +40,8 @@ BUNDLED_PREFIX = "bundled:"
 # A model's weights as its encoder runs them: int8 (dynamic quantisation) only on ONNX, for queries.
 Precision = Literal["fp32", "int8"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
+# EmbeddingSpec.model_key: model name, device, resolved backend, ONNX folder, threads, precision.
+ModelKey = tuple[str, str, Backend, Path | None, int | None, Precision]
 
 
 class Embedder(Protocol):
@@ -126,13 +128,14 @@ class SentenceTransformerEmbedder:
             )
         return cls(model_name, device=device, batch_size=batch_size, threads=threads)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """``batch_size`` (texts per forward pass) overrides the loaded one for this call."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:  # torch modules are not safe to call from several threads at once
             vectors = self._model.encode(
                 list(texts),
-                batch_size=self._batch_size,
+                batch_size=batch_size or self._batch_size,
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
@@ -215,14 +218,16 @@ class OnnxEmbedder:
             log.warning("the onnx embedding backend runs on CPU; device %r ignored", device)
         return cls(model_name, onnx_dir=onnx_dir, batch_size=batch_size, threads=threads, precision=precision)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """``batch_size`` (texts per forward pass) overrides the loaded one for this call."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        step = batch_size or self._batch_size
         # Longest first, as sentence-transformers does, so each batch pads little.
         order = np.argsort([-len(text) for text in texts], kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), self._batch_size):
-            rows = order[start : start + self._batch_size]
+        for start in range(0, len(texts), step):
+            rows = order[start : start + step]
             out[rows] = self._embed_batch([texts[i] for i in rows])
         return out
 
@@ -305,6 +310,20 @@ class EmbeddingSpec:
 
     def resolved_backend(self) -> Backend:
         return resolve_backend(self.backend, device=self.device, cache_dir=self.onnx_dir, kind="embedding")
+
+    def model_key(self) -> ModelKey:
+        """What decides the loaded model: two specs with the same key can share one.
+
+        ``batch_size`` is left out: it is a per-call parameter of ``embed``, not the model's.
+        """
+        return (
+            self.model_name,
+            self.device,
+            self.resolved_backend(),
+            self.onnx_dir,
+            self.threads,
+            self.precision,
+        )
 
     def for_model(self, model_name: str) -> EmbeddingSpec:
         """The same settings for another model, with that model's own ONNX export folder."""

@@ -1,8 +1,9 @@
 """Runs ingestion jobs in the background of a process (API server or CLI), fairly across tenants.
 
 Small jobs take the in-process fast path (same stage functions) so a pushed document is
-searchable in seconds; larger ones go through Ray Data. The runner owns its own embedder
-instance so ingestion never holds the lock the query path embeds under. Up to
+searchable in seconds; larger ones go through Ray Data. In an API server the runner embeds
+with the search service's loaded model (one copy per process, issue 42): on ONNX the two only
+share the tokenizer's lock, on PyTorch a query waits for an ingest slice's forward pass. Up to
 ``concurrent_jobs`` jobs run at once, at most one per tenant. Jobs left running by a dead
 process are taken over (their lease expires after ``job_lease_seconds`` of silence); one a
 cancel was asked for is settled ``cancelled`` instead of being run again.

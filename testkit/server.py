@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-READY_TIMEOUT_S = 180.0  # the ingest runner and the search service each load the model
+READY_TIMEOUT_S = 180.0  # the search service loads the model (the ingest runner shares it)
 JOB_TIMEOUT_S = 180.0
 
 

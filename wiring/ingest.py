@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core.settings import Settings
 from index.embedder import Embedder
+from index.shared_embedders import EmbeddingModels
 from ingest.isolation import IsolationConfig
 from ingest.ocr import OcrOptions
 from ingest.pipeline import ChunkingConfig
@@ -58,11 +59,25 @@ def runner_config(settings: Settings, url: str, *, use_ray: bool = True) -> Runn
 
 
 def make_runner(
-    settings: Settings, url: str, *, use_ray: bool = True, embedder: Embedder | None = None
+    settings: Settings,
+    url: str,
+    *,
+    use_ray: bool = True,
+    embedder: Embedder | None = None,
+    models: EmbeddingModels | None = None,
 ) -> IngestRunner:
-    """A runner for jobs in the catalog at ``url``; ``embedder`` reuses a loaded model."""
+    """A runner for jobs in the catalog at ``url``; ``embedder`` reuses a loaded model.
+
+    Without ``embedder`` the runner loads its model on its first inline job, from ``models``
+    when given: an API server passes its app's, so the runner and the search service embed
+    with one loaded model (one copy in memory, not two: issue 42), each at its own batch size.
+    """
     config = runner_config(settings, url, use_ray=use_ray)
-    return IngestRunner(config, lambda: embedder or config.embedding.load())
+    if embedder is not None:
+        given = embedder
+        return IngestRunner(config, lambda: given)
+    shared = models if models is not None else EmbeddingModels()
+    return IngestRunner(config, lambda: shared.get(config.embedding))
 
 
 def queue_policy(settings: Settings) -> QueuePolicy:

@@ -15,6 +15,7 @@ from core import metrics
 from core.settings import Settings
 from index.builder import EVERYTHING, ShardSelection
 from index.embedder import Embedder
+from index.shared_embedders import EmbeddingModels
 from index.tokens import CachedTokenCounter
 from jobs.shard_servers import ShardFanout, ShardServerConfig, start_shard_servers
 from rerank.batching import BatchingReranker
@@ -40,21 +41,27 @@ def build_search_service(
     alias: str = "live",
     watch: bool = True,
     read_pool: ConnectionPool | None = None,
+    models: EmbeddingModels | None = None,
 ) -> tuple[SearchService, Callable[[], None]]:
     """The started search service and its closer; ``embedder`` reuses a loaded model.
 
     At ``embedding_query_precision=int8`` the queries get their own int8 encoder of the same
     model (``embedder``, fp32, keeps embedding passages wherever the caller uses it).
+
+    ``models`` is the process's shared models (an API server passes its app's, so the ingest
+    runner embeds with the same loaded model: one copy in memory, issue 42); without it the
+    query encoders are this service's own.
     """
     spec = query_embedding_spec(settings)
+    shared = models if models is not None else EmbeddingModels()
     if embedder is None:
-        embedder = spec.load()
+        embedder = shared.get(spec)
     elif getattr(embedder, "precision", "fp32") != spec.precision:
-        embedder = spec.for_model(embedder.model_name).load()
+        embedder = shared.get(spec.for_model(embedder.model_name))
     r, ix = settings.retrieve, settings.index
     query_embedders = QueryEmbedders(
         embedder,
-        lambda model: spec.for_model(model).load(),
+        lambda model: shared.get(spec.for_model(model)),
         on_batch=metrics.BATCH_SIZE.labels("embed").observe,
     )
     fanout = shard_fanout(settings, pool, dim=embedder.dim, alias=alias)
