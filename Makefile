@@ -33,8 +33,10 @@ typecheck: setup
 test: lint typecheck
 	$(PY) -m pytest
 
+# The fast tier: no PostgreSQL, Ray, or model loaded, trained or exported (those tests carry
+# the integration mark, which tests/conftest.py enforces), nothing marked slow.
 unit: setup
-	$(PY) -m pytest tests/unit -m "not slow"
+	$(PY) -m pytest tests/unit -m "not integration and not slow"
 
 clean:
 	-$(VENV)/bin/ragline db down

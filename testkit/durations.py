@@ -54,8 +54,10 @@ def bucket_of(nodeid: str, fixtures: set[str] | frozenset[str], *, hypothesis: b
         return "e2e"
     if fixtures & _RAY_FIXTURES or "shard" in name or "ray" in name:
         return "ray/shard servers"
-    if fixtures & _MODEL_FIXTURES or path.startswith("tests/unit/rerank/") or any(
-        word in name for word in _MODEL_FILES
+    if (
+        fixtures & _MODEL_FIXTURES
+        or path.startswith("tests/unit/rerank/")
+        or any(word in name for word in _MODEL_FILES)
     ):
         return "models/training"
     if hypothesis or any(word in name for word in _GENERATED_FILES):

@@ -103,9 +103,9 @@ def embedding_export(onnx_models: Path) -> Path:
     """The bundled model's ONNX export, made once per session in ``onnx_models``: every
     ``ragline serve`` subprocess and CLI test finds it through ``share_models`` instead of
     exporting again (~20-30 s each). Tests of the export itself keep their own folders."""
+    from core.settings import DEFAULT_EMBEDDING_MODEL
     from index.embedder import resolve_model_path
     from index.onnx_export import ensure_export, onnx_cache_dir
-    from core.settings import DEFAULT_EMBEDDING_MODEL
 
     out_dir = onnx_cache_dir(onnx_models.parent, DEFAULT_EMBEDDING_MODEL)
     ensure_export(resolve_model_path(DEFAULT_EMBEDDING_MODEL), out_dir)
@@ -124,9 +124,21 @@ def ray_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     ray.shutdown()
 
 
-# The session fixtures that start PostgreSQL, load the model or start Ray: a test that reaches
-# one of them (directly or through another fixture) is an integration test and must say so.
-INTEGRATION_FIXTURES = frozenset({"pg_url", "embedder", "ray_local", "embedding_export"})
+# The session fixtures that start PostgreSQL, load, train or export a model, or start Ray: a
+# test that reaches one of them (directly or through another fixture) is an integration test
+# and must say so, so ``make unit`` (``-m "not integration"``) starts none of them.
+INTEGRATION_FIXTURES = frozenset(
+    {
+        "pg_url",
+        "embedder",
+        "ray_local",
+        "onnx_models",
+        "embedding_export",
+        "trained",
+        "model_variants_dir",
+        "any_reranker",  # takes the trained reranker by name (getfixturevalue), out of the static closure
+    }
+)
 
 
 def unmarked_integration(items: list[pytest.Item]) -> list[str]:

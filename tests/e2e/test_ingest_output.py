@@ -53,7 +53,9 @@ def test_an_ingest_through_ray_prints_no_error_line(db_url: str, tmp_path: Path)
     assert not _problems(output), "noise:\n" + "\n".join(_problems(output))
 
 
-def test_an_in_process_ingest_prints_no_error_line(db_url: str, tmp_path: Path, embedding_export: Path) -> None:
+def test_an_in_process_ingest_prints_no_error_line(
+    db_url: str, tmp_path: Path, embedding_export: Path
+) -> None:
     # The session's export is reused here; the Ray test above exports on its fresh data dir.
     output = _ingest(db_url, tmp_path / "data", "quiet-inline", "--no-ray", models=embedding_export)
     assert not _problems(output), "noise:\n" + "\n".join(_problems(output))

@@ -36,7 +36,9 @@ def foundation_client_shared(pg_url: str, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="module")
-def full_client_shared(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[TestClient]:
+def full_client_shared(
+    pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder
+) -> Iterator[TestClient]:
     """``full_client`` once per module, for tests that send requests no index answers (bad
     bodies, refused parameters) and push nothing: the catalog is emptied under it before each
     test (``db_url``), so a test that ingests or reads an index takes ``full_client``."""

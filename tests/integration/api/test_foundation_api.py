@@ -41,7 +41,9 @@ def test_request_id_is_echoed(foundation_client_shared: TestClient) -> None:
 )
 def test_missing_or_unknown_key_is_401(foundation_client_shared: TestClient, header: str | None) -> None:
     headers = {"Authorization": header} if header else {}
-    resp = foundation_client_shared.put("/v1/principals/user:bob/groups", json={"groups": []}, headers=headers)
+    resp = foundation_client_shared.put(
+        "/v1/principals/user:bob/groups", json={"groups": []}, headers=headers
+    )
     assert resp.status_code == 401
     assert _error(resp)["code"] == "unauthenticated"
     assert resp.headers["www-authenticate"] == "Bearer"
@@ -72,7 +74,9 @@ def test_admin_sets_groups_and_revocation_takes_effect_within_a_second(
         key_id = token.split("_")[1]
         assert revoke(conn, key_id=key_id)
     time.sleep(1.05)
-    resp = foundation_client_shared.put("/v1/principals/user:bob/groups", json={"groups": []}, headers=headers)
+    resp = foundation_client_shared.put(
+        "/v1/principals/user:bob/groups", json={"groups": []}, headers=headers
+    )
     assert resp.status_code == 401
     assert "revoked" in _error(resp)["message"]
 

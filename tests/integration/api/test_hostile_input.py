@@ -39,7 +39,9 @@ BAD_DOCUMENTS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_DOCUMENTS))
-def test_a_bad_document_is_rejected_alone(foundation_client_shared: TestClient, db_url: str, case: str) -> None:
+def test_a_bad_document_is_rejected_alone(
+    foundation_client_shared: TestClient, db_url: str, case: str
+) -> None:
     token = make_key(db_url, "acme", ["ingest"])
     resp = foundation_client_shared.post(
         "/v1/documents", json={"documents": [_doc("good"), BAD_DOCUMENTS[case]]}, headers=_auth(token)
@@ -50,7 +52,9 @@ def test_a_bad_document_is_rejected_alone(foundation_client_shared: TestClient, 
     assert [(r["index"], r["code"]) for r in body["rejections"]] == [(1, "invalid_document")]
 
 
-def test_a_push_with_every_document_rejected_is_422(foundation_client_shared: TestClient, db_url: str) -> None:
+def test_a_push_with_every_document_rejected_is_422(
+    foundation_client_shared: TestClient, db_url: str
+) -> None:
     token = make_key(db_url, "acme", ["ingest"])
     resp = foundation_client_shared.post(
         "/v1/documents",
@@ -93,7 +97,9 @@ def test_bad_document_paths_and_acls_are_422(
         ("user:b%00ob", ["group:ops"]),
     ],
 )
-def test_bad_groups_are_422(foundation_client_shared: TestClient, db_url: str, principal: str, groups: list) -> None:
+def test_bad_groups_are_422(
+    foundation_client_shared: TestClient, db_url: str, principal: str, groups: list
+) -> None:
     token = make_key(db_url, "acme", ["admin"])
     resp = foundation_client_shared.put(
         f"/v1/principals/{principal}/groups", json={"groups": groups}, headers=_auth(token)

@@ -144,7 +144,9 @@ def test_bad_text_in_bodies_and_paths_is_a_422_naming_the_field(
         ({"external_id": "doc", "as_principal": "user:b\x00ob"}, "as_principal"),
     ],
 )
-def test_bad_text_in_explain_is_a_422(full_client_shared: TestClient, db_url: str, body: dict, field: str) -> None:
+def test_bad_text_in_explain_is_a_422(
+    full_client_shared: TestClient, db_url: str, body: dict, field: str
+) -> None:
     admin = make_key(db_url, "acme", ["admin"])
     resp = _post_raw(full_client_shared, "POST", "/v1/admin/explain", _raw(body), admin)
     assert resp.status_code == 422, resp.text

@@ -114,7 +114,9 @@ def test_a_body_that_is_not_json_is_400(
     error = resp.json()["error"]
     assert error["code"] == "bad_request" and "not valid JSON" in error["message"]
     # As the OpenAPI document says (and its example: bad_request).
-    op = foundation_client_shared.get("/openapi.json").json()["paths"][path.replace("/doc/", "/{external_id}/")]
+    op = foundation_client_shared.get("/openapi.json").json()["paths"][
+        path.replace("/doc/", "/{external_id}/")
+    ]
     example = op[method.lower()]["responses"]["400"]["content"]["application/json"]["example"]
     assert example["error"]["code"] == "bad_request"
 
@@ -144,7 +146,12 @@ def _item_type(db_url: str, job_id: str) -> str:
     ],
 )
 def test_an_upload_without_mime_type_is_detected(
-    foundation_client_shared: TestClient, db_url: str, name: str, content: bytes, part_type: str, expected: str
+    foundation_client_shared: TestClient,
+    db_url: str,
+    name: str,
+    content: bytes,
+    part_type: str,
+    expected: str,
 ) -> None:
     token = make_key(db_url, "acme", ["ingest"])
     resp = foundation_client_shared.post(

@@ -95,6 +95,7 @@ def test_token_cap_per_batch_is_respected() -> None:
         assert len(batch) * max(scorer.pair_tokens(batch)) <= 40
 
 
+@pytest.mark.integration  # the trained cross-encoder: not in ``make unit``
 def test_real_model_batched_equals_unbatched(any_reranker: BatchedCrossEncoder) -> None:
     reranker = any_reranker
     recorder = RecordingScorer(reranker)

@@ -12,6 +12,9 @@ from rerank import CrossEncoderReranker, Reranker, load_reranker, token_batches
 from rerank.scoring import BatchedCrossEncoder
 from tests.unit.rerank.conftest import TOPICS
 
+# The briefly trained cross-encoder (tests/unit/rerank/conftest.py): not in ``make unit``.
+pytestmark = pytest.mark.integration
+
 PASSAGES = [passage for _, passage in TOPICS]
 
 

@@ -29,6 +29,9 @@ from rerank.onnx_backend import (
 from tests.unit.rerank.conftest import HAS_ONNX, TOPICS, needs_onnx
 from wiring import build_reranker
 
+# The briefly trained cross-encoder (tests/unit/rerank/conftest.py): not in ``make unit``.
+pytestmark = pytest.mark.integration
+
 PASSAGES = [passage for _, passage in TOPICS]
 LONG = "the lift of a wing in a slipstream depends on the angle of attack " * 40
 # Short, unicode, empty-ish, and past max_length (64) on the passage side, the query side and both.

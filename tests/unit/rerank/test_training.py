@@ -9,6 +9,9 @@ from rerank import TrainingPair, TrainReport, load_reranker, train_reranker, wri
 from rerank.training import MODEL_CARD
 from tests.unit.rerank.conftest import NEGATIVE_OFFSETS, TOPICS, tiny_pairs
 
+# The briefly trained cross-encoder (tests/unit/rerank/conftest.py): not in ``make unit``.
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.slow
 def test_trained_model_ranks_positives_above_its_negatives(trained: TrainReport, reranker) -> None:
