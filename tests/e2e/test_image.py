@@ -30,7 +30,7 @@ import psycopg
 import pytest
 
 from testkit.ports import free_port
-from testkit.server import auth, wait_ready
+from testkit.server import auth, share_models, wait_ready
 from tests.dockerctx import REPO, assemble_app, project_install_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -135,8 +135,13 @@ def test_every_ragline_module_comes_from_the_wheel(image_venv: Path, tmp_path: P
     assert not outside, f"not in the image's install (the Dockerfile does not copy them?): {outside}"
 
 
-def test_the_image_migrates_serves_and_answers(image_venv: Path, fresh_db: str, tmp_path: Path) -> None:
+def test_the_image_migrates_serves_and_answers(
+    image_venv: Path, fresh_db: str, tmp_path: Path, embedding_export: Path
+) -> None:
     ragline = str(image_venv / "bin" / "ragline")
+    # The session's ONNX export (the wheel's exporter is the checkout's: the same fingerprint);
+    # exporting on a first start is tests/e2e/test_startup_output.py's.
+    share_models(tmp_path / "data", embedding_export)
     env = _env(fresh_db, tmp_path / "data")
     work = tmp_path / "cwd"  # not the checkout: nothing may be imported from the working directory
     work.mkdir()
