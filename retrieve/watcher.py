@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -19,6 +20,10 @@ from catalog import changes as changes_repo
 from retrieve.serving import ServingState, alias_target
 
 log = logging.getLogger(__name__)
+
+# How often the LISTEN wait looks at ``close()``: psycopg's wait cannot be woken from another
+# thread, so one wait of ``poll_seconds`` (2 s by default) held every shutdown for that long.
+STOP_CHECK_S = 0.1
 
 
 class IndexWatcher:
@@ -101,8 +106,9 @@ class IndexWatcher:
                     info = self.pool.conninfo
                     listener = psycopg.connect(info if isinstance(info, str) else info(), autocommit=True)
                     changes_repo.listen(listener)
-                for _ in listener.notifies(timeout=self.poll_seconds, stop_after=1):
-                    pass
+                self._await_notify(listener)
+                if self._stop.is_set():
+                    break
             except Exception:  # no notifications: fall back to polling
                 if listener is not None:
                     listener.close()
@@ -117,3 +123,16 @@ class IndexWatcher:
                 log.exception("index watcher tick failed")
         if listener is not None:
             listener.close()
+
+    def _await_notify(self, listener: psycopg.Connection) -> None:
+        """Until a NOTIFY arrives, ``poll_seconds`` pass or ``close()`` is called."""
+        deadline = time.monotonic() + self.poll_seconds
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            woken = False
+            for _ in listener.notifies(timeout=min(left, STOP_CHECK_S), stop_after=1):
+                woken = True
+            if woken:
+                return

@@ -1,7 +1,9 @@
-"""IndexWatcher without a database: a refused version keeps the old one and says why."""
+"""IndexWatcher without a database: a refused version keeps the old one and says why, and
+closing it does not wait out the poll."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,3 +106,37 @@ def test_catch_up_only_when_the_view_is_behind(alias: dict[str, str]) -> None:
     assert state.catch_ups == 0
     watcher.catch_up_to(6)
     assert state.catch_ups == 1
+
+
+class SilentListener:
+    """A LISTEN connection no NOTIFY ever reaches: each wait runs to its timeout."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def notifies(self, *, timeout: float, stop_after: int) -> Iterator[object]:
+        time.sleep(timeout)
+        yield from ()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_close_stops_the_watch_thread_long_before_the_poll(
+    alias: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watcher polling every 60 s closes at once: a shutdown (each test's app teardown
+    included) once waited out the whole LISTEN wait, 2 s at the default poll."""
+    listener = SilentListener()
+    monkeypatch.setattr(watcher_module.psycopg, "connect", lambda *a, **k: listener)
+    monkeypatch.setattr(watcher_module.changes_repo, "listen", lambda conn: None)
+    pool = FakePool()
+    pool.conninfo = "postgresql://nowhere"  # type: ignore[attr-defined]
+    watcher = IndexWatcher(pool, FakeState(bad=set()), alias="live", poll_seconds=60)  # type: ignore[arg-type]
+    watcher.start()
+    time.sleep(0.3)  # the thread is in its LISTEN wait
+    started = time.monotonic()
+    watcher.close()
+    assert time.monotonic() - started < 1.0
+    assert watcher._thread is not None and not watcher._thread.is_alive()
+    assert listener.closed
