@@ -28,7 +28,7 @@ from schemathesis.checks import CHECKS, load_all_checks
 from testkit.sizes import size
 from tests.integration.api.conftest import make_key, wait_job
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 # Per operation and mode (valid and invalid input); each sent with 4 keys and once hostile.
 # Every example sent is held to every check; the count only sets how many inputs are drawn
