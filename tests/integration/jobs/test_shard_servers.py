@@ -54,10 +54,10 @@ ACLS = (
     Acl(("group:hr", "user:bob"), False),
 )
 N_SHARDS, N_SERVERS, K = 4, 2, 10
-# Random queries, each compared with in-process search and the oracle. A tenant holds 24
-# one-chunk documents, of which a reader may read 12 or 24 (ann none in t2): the suite's 50
-# queries (a dozen per tenant and user, top 10 dense and lexical each) reach nearly all of them,
-# as the printed count shows; the soak run sends 200 (and 200 requests through the service).
+# Random queries, each compared with in-process search and the oracle. Of the 48 one-chunk
+# documents 36 have a reader (t1: ann 24, bob 12; t2: bob 12, ann none), and the suite's 50
+# queries (top 10 dense and lexical each) reach all 36, as the printed count shows; the soak
+# run sends 200 (and 200 requests through the service).
 N_QUERIES = size(50, 200)
 
 
