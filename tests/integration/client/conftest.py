@@ -1,5 +1,7 @@
 """A real ragline server on a loopback port (uvicorn in a thread, the full app on the
-session's model, PostgreSQL), so the client is tested over real HTTP."""
+session's model, PostgreSQL), so the client is tested over real HTTP: ``live_server`` is a
+test's own on a clean catalog; ``live_tenant`` is a tenant of the test's own on one server
+per module (``live_server_module``), for tests that need no clean catalog."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from api.app import ServiceHook, create_app
 from api.services import ingest_hook, search_hook
 from ragline_client import Connector, DocumentIn, FileDocument, Item, Linked
 from testkit.server import app_in_thread
+from tests.conftest import truncate_all
 from tests.integration.api.conftest import full_settings, make_key
 
 
@@ -26,17 +29,18 @@ from tests.integration.api.conftest import full_settings, make_key
 class LiveServer:
     url: str
     db_url: str
+    tenant: str = "acme"  # the tenant of ``key`` and ``versions`` unless they name another
 
-    def key(self, *roles: str, tenant: str = "acme", principal: str | None = None) -> str:
-        return make_key(self.db_url, tenant, list(roles), principal=principal)
+    def key(self, *roles: str, tenant: str | None = None, principal: str | None = None) -> str:
+        return make_key(self.db_url, tenant or self.tenant, list(roles), principal=principal)
 
-    def versions(self, external_id: str, tenant: str = "acme") -> int:
+    def versions(self, external_id: str, tenant: str | None = None) -> int:
         """How many versions the catalog holds of a document (a duplicate push adds one)."""
         with psycopg.connect(self.db_url) as conn:
             row = conn.execute(
                 "SELECT count(v.*) FROM documents d JOIN document_versions v USING (doc_id)"
                 " WHERE d.tenant_id = %s AND d.external_id = %s",
-                (tenant, external_id),
+                (tenant or self.tenant, external_id),
             ).fetchone()
         return int(row[0]) if row else 0
 
@@ -56,10 +60,9 @@ class CountingTransport(httpx.HTTPTransport):
         return [s for s in self.sent if not s.startswith("GET ")]
 
 
-@pytest.fixture
-def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:
+def _serve(db_url: str, data_dir: Path, embedder) -> Iterator[LiveServer]:
     # A batch limit of 2 makes a 3-document push take two batches.
-    settings = full_settings(db_url, tmp_path, api={"max_batch_documents": 2})
+    settings = full_settings(db_url, data_dir, api={"max_batch_documents": 2})
     hooks: list[ServiceHook] = [
         partial(ingest_hook, embedder=embedder),
         partial(search_hook, embedder=embedder),
@@ -69,6 +72,32 @@ def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:
         runner = app.state.runner
         runner.config = dataclasses.replace(runner.config, use_ray=False)
         yield LiveServer(url=url, db_url=db_url)
+
+
+@pytest.fixture
+def live_server(db_url: str, tmp_path: Path, embedder) -> Iterator[LiveServer]:
+    """A server of the test's own on a clean catalog (tenant ``acme``)."""
+    yield from _serve(db_url, tmp_path, embedder)
+
+
+@pytest.fixture(scope="module")
+def live_server_module(
+    pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder
+) -> Iterator[LiveServer]:
+    """One server for the module, on a catalog emptied once before it: a test takes
+    ``live_tenant`` (and not ``db_url``, whose emptying would pull the catalog from under it)."""
+    truncate_all(pg_url)
+    yield from _serve(pg_url, tmp_path_factory.mktemp("live-server"), embedder)
+
+
+_TENANTS = itertools.count(1)
+
+
+@pytest.fixture
+def live_tenant(live_server_module: LiveServer) -> LiveServer:
+    """``live_server_module`` as a tenant of this test's own: no document, key, principal or
+    connector state of another test is visible to it."""
+    return dataclasses.replace(live_server_module, tenant=f"tenant{next(_TENANTS)}")
 
 
 ConnectorT = TypeVar("ConnectorT", bound=Connector)

@@ -47,7 +47,7 @@ def require(module: str) -> ModuleType:
 
 
 def seed(server: LiveServer) -> None:
-    """Index ``CORPUS`` in tenant acme and put user:alice in group:eng."""
+    """Index ``CORPUS`` in the server's tenant and put user:alice in group:eng."""
     with Client(server.url, server.key("ingest", "admin")) as admin:
         pushed = admin.push(CORPUS)
         for job_id in pushed.job_ids:

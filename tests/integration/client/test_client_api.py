@@ -1,5 +1,6 @@
 """Every client method against a real server: push in batches, wait with progress, jobs,
-retrieve, ACLs, groups, delete, upload, connector state, error mapping; and the async client."""
+retrieve, ACLs, groups, delete, upload, connector state, error mapping; and the async client.
+One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -42,15 +43,15 @@ def _ids(client: Client, query: str, **kw: object) -> list[str]:
     return [r.document_external_id for r in client.retrieve(query, **kw).results]  # type: ignore[arg-type]
 
 
-def test_every_method_against_a_real_server(live_server: LiveServer, tmp_path: Path) -> None:
+def test_every_method_against_a_real_server(live_tenant: LiveServer, tmp_path: Path) -> None:
     transport = CountingTransport()
-    ingest = Client(live_server.url, live_server.key("ingest"), transport=transport)
-    alice = Client(live_server.url, live_server.key("query", principal="user:alice"))
-    admin = Client(live_server.url, live_server.key("admin"))
+    ingest = Client(live_tenant.url, live_tenant.key("ingest"), transport=transport)
+    alice = Client(live_tenant.url, live_tenant.key("query", principal="user:alice"))
+    admin = Client(live_tenant.url, live_tenant.key("admin"))
     assert ingest.health().status == "ok"
     assert ingest.ready().status == "ready"
     me = ingest.me()
-    assert (me.tenant_id, me.roles, me.limits.max_batch_documents) == ("acme", ["ingest"], 2)
+    assert (me.tenant_id, me.roles, me.limits.max_batch_documents) == (live_tenant.tenant, ["ingest"], 2)
 
     # Three documents over a batch limit of 2: two batches, two jobs.
     pushed = ingest.push(DOCS)
@@ -121,30 +122,30 @@ def test_every_method_against_a_real_server(live_server: LiveServer, tmp_path: P
     )
     state = ingest.connector_state("demo")
     assert (state.cursor, state.documents, state.groups) == ("c1", {"b": "f2"}, {"user:x": "g"})
-    other_tenant = Client(live_server.url, live_server.key("ingest", tenant="globex"))
+    other_tenant = Client(live_tenant.url, live_tenant.key("ingest", tenant="globex"))
     assert other_tenant.connector_state("demo").documents == {}  # state is per tenant, from the key
     assert ingest.reset_connector_state("demo").documents == {}
     assert ingest.connector_state("demo").cursor is None
 
 
-def test_retried_push_never_duplicates(live_server: LiveServer) -> None:
+def test_retried_push_never_duplicates(live_tenant: LiveServer) -> None:
     """The same batch twice (a retry after a lost answer): the second job finds every document
     unchanged by content hash and no document gains a version."""
-    client = Client(live_server.url, live_server.key("ingest"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     for attempt in range(2):
         result = client.push(DOCS[:2])
         jobs = [client.wait(j, timeout=120) for j in result.job_ids]
         assert sum(j.documents.unchanged for j in jobs) == (0 if attempt == 0 else 2)
-    assert [live_server.versions(d.external_id) for d in DOCS[:2]] == [1, 1]
+    assert [live_tenant.versions(d.external_id) for d in DOCS[:2]] == [1, 1]
 
 
-def test_errors_carry_code_and_request_id(live_server: LiveServer) -> None:
-    query_only = Client(live_server.url, live_server.key("query"))
+def test_errors_carry_code_and_request_id(live_tenant: LiveServer) -> None:
+    query_only = Client(live_tenant.url, live_tenant.key("query"))
     with pytest.raises(RaglineError) as denied:
         query_only.push(DOCS[:1])
     assert (denied.value.code, denied.value.status) == ("forbidden", 403)
     assert denied.value.request_id
-    ingest = Client(live_server.url, live_server.key("ingest"))
+    ingest = Client(live_tenant.url, live_tenant.key("ingest"))
     with pytest.raises(RaglineError) as missing:
         ingest.delete("never-pushed")
     assert (missing.value.code, missing.value.status) == ("not_found", 404)
@@ -152,26 +153,26 @@ def test_errors_carry_code_and_request_id(live_server: LiveServer) -> None:
     with pytest.raises(ValidationError):
         ingest.set_acl("x", ["not-a-principal"])
     # ...and the limits only the server knows come back as 422 with the fields at fault.
-    reader = Client(live_server.url, live_server.key("query"))
+    reader = Client(live_tenant.url, live_tenant.key("query"))
     with pytest.raises(RaglineError) as bad:
         reader.retrieve("anything", top_k=100_000)
     assert (bad.value.code, bad.value.status) == ("invalid_request", 422)
     assert [d.loc[-1] for d in bad.value.details] == ["top_k"]
     with pytest.raises(RaglineError) as unknown:
-        Client(live_server.url, "rk_nope").me()
+        Client(live_tenant.url, "rk_nope").me()
     assert unknown.value.code == "unauthenticated"
 
 
-def test_async_client(live_server: LiveServer) -> None:
+def test_async_client(live_tenant: LiveServer) -> None:
     async def scenario() -> list[str]:
-        async with AsyncClient(live_server.url, live_server.key("ingest")) as ingest:
+        async with AsyncClient(live_tenant.url, live_tenant.key("ingest")) as ingest:
             me = await ingest.me()
             assert me.limits.max_batch_documents == 2
             result = await ingest.push(DOCS[1:2])
             job = await ingest.wait(result.job_ids[0], timeout=120)
             assert job.state == "succeeded"
             assert (await ingest.job(job.job_id)).job_id == job.job_id
-        async with AsyncClient(live_server.url, live_server.key("query", principal="user:z")) as reader:
+        async with AsyncClient(live_tenant.url, live_tenant.key("query", principal="user:z")) as reader:
             found = await reader.retrieve("soup pasta", top_k=3)
             return [r.document_external_id for r in found.results]
 

@@ -1,6 +1,7 @@
 """The LangChain and LlamaIndex retrievers against a real server, with the real framework
 packages: documents and nodes with ids, scores and locators; ACLs, filters, modes, the
-context budget and delegation passed through; ragline's errors raised as the frameworks do."""
+context budget and delegation passed through; ragline's errors raised as the frameworks do.
+One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -33,13 +34,13 @@ def _llama() -> Any:
     return llama_index
 
 
-def test_langchain_retriever_sync_and_async(live_server: LiveServer) -> None:
+def test_langchain_retriever_sync_and_async(live_tenant: LiveServer) -> None:
     lc = _langchain()
     from langchain_core.documents import Document
 
-    seed(live_server)
-    alice = live_server.key("query", principal="user:alice")
-    retriever = lc.RaglineRetriever(base_url=live_server.url, api_key=alice, top_k=5)
+    seed(live_tenant)
+    alice = live_tenant.key("query", principal="user:alice")
+    retriever = lc.RaglineRetriever(base_url=live_tenant.url, api_key=alice, top_k=5)
     docs = retriever.invoke(QUERY)
     assert docs and all(isinstance(d, Document) for d in docs)
     top = docs[0]
@@ -59,31 +60,33 @@ def test_langchain_retriever_sync_and_async(live_server: LiveServer) -> None:
     retriever.close()
 
 
-def test_langchain_options_pass_through(live_server: LiveServer) -> None:
+def test_langchain_options_pass_through(live_tenant: LiveServer) -> None:
     lc = _langchain()
-    seed(live_server)
-    alice = live_server.key("query", principal="user:alice")
+    seed(live_tenant)
+    alice = live_tenant.key("query", principal="user:alice")
     filtered = lc.RaglineRetriever(
-        base_url=live_server.url,
+        base_url=live_tenant.url,
         api_key=alice,
         top_k=5,
         mode="lexical",
         filters={"metadata": {"team": "infra"}},
     )
     assert [d.metadata["external_id"] for d in filtered.invoke("signing keys")] == ["keys"]
-    one = lc.RaglineRetriever(base_url=live_server.url, api_key=alice, top_k=1, mode="dense")
+    one = lc.RaglineRetriever(base_url=live_tenant.url, api_key=alice, top_k=1, mode="dense")
     assert len(one.invoke(QUERY)) == 1
     # A delegating service key acts for the end user it names, with that user's groups.
-    service = make_key(live_server.db_url, "acme", ["query"], principal="service:app", delegate=True)
-    as_bob = lc.RaglineRetriever(base_url=live_server.url, api_key=service, as_principal="user:bob")
+    service = make_key(
+        live_tenant.db_url, live_tenant.tenant, ["query"], principal="service:app", delegate=True
+    )
+    as_bob = lc.RaglineRetriever(base_url=live_tenant.url, api_key=service, as_principal="user:bob")
     assert {d.metadata["external_id"] for d in as_bob.invoke(QUERY)} == {"lunch"}
-    as_hr = lc.RaglineRetriever(base_url=live_server.url, api_key=service, as_principal="user:hr-lead")
+    as_hr = lc.RaglineRetriever(base_url=live_tenant.url, api_key=service, as_principal="user:hr-lead")
     assert "salaries" in {d.metadata["external_id"] for d in as_hr.invoke("salary bands")}
     with pytest.raises(TypeError, match="filter"):
-        lc.RaglineRetriever(base_url=live_server.url, api_key=alice, filter={"source": ["x"]})
+        lc.RaglineRetriever(base_url=live_tenant.url, api_key=alice, filter={"source": ["x"]})
     # Fusion passes through: a convex fusion weighing only the lexical leg answers as lexical.
     convex = lc.RaglineRetriever(
-        base_url=live_server.url,
+        base_url=live_tenant.url,
         api_key=alice,
         top_k=3,
         fusion={"method": "convex", "weights": {"dense": 0.0, "lexical": 1.0}},
@@ -93,7 +96,7 @@ def test_langchain_options_pass_through(live_server: LiveServer) -> None:
     assert docs[0].metadata["fusion"]["weights"] == {"dense": 0.0, "lexical": 1.0}
 
 
-def test_langchain_errors_reach_the_callbacks(live_server: LiveServer) -> None:
+def test_langchain_errors_reach_the_callbacks(live_tenant: LiveServer) -> None:
     lc = _langchain()
     from langchain_core.callbacks import BaseCallbackHandler
 
@@ -104,26 +107,26 @@ def test_langchain_errors_reach_the_callbacks(live_server: LiveServer) -> None:
             self.errors.append(error)
 
     seen = Seen()
-    bad = lc.RaglineRetriever(base_url=live_server.url, api_key="rl_000000000000_" + "x" * 43)
+    bad = lc.RaglineRetriever(base_url=live_tenant.url, api_key="rl_000000000000_" + "x" * 43)
     with pytest.raises(RaglineError) as caught:
         bad.invoke(QUERY, config={"callbacks": [seen]})
     assert caught.value.status == 401 and caught.value.request_id
     assert seen.errors == [caught.value]
     # A key that may not delegate is refused, not silently searched as itself.
-    plain = live_server.key("query", principal="user:alice")
-    refused = lc.RaglineRetriever(base_url=live_server.url, api_key=plain, as_principal="user:hr-lead")
+    plain = live_tenant.key("query", principal="user:alice")
+    refused = lc.RaglineRetriever(base_url=live_tenant.url, api_key=plain, as_principal="user:hr-lead")
     with pytest.raises(RaglineError) as denied:
         asyncio.run(refused.ainvoke(QUERY))
     assert denied.value.status == 403
 
 
-def test_llama_index_retriever_sync_and_async(live_server: LiveServer) -> None:
+def test_llama_index_retriever_sync_and_async(live_tenant: LiveServer) -> None:
     li = _llama()
     from llama_index.core.schema import MetadataMode, NodeWithScore
 
-    seed(live_server)
-    alice = live_server.key("query", principal="user:alice")
-    retriever = li.RaglineRetriever(base_url=live_server.url, api_key=alice, top_k=5)
+    seed(live_tenant)
+    alice = live_tenant.key("query", principal="user:alice")
+    retriever = li.RaglineRetriever(base_url=live_tenant.url, api_key=alice, top_k=5)
     nodes = retriever.retrieve(QUERY)
     assert nodes and all(isinstance(n, NodeWithScore) for n in nodes)
     top = nodes[0]
@@ -139,19 +142,19 @@ def test_llama_index_retriever_sync_and_async(live_server: LiveServer) -> None:
     assert [n.node.node_id for n in async_nodes] == [n.node.node_id for n in nodes]
 
     budget = li.RaglineRetriever(
-        base_url=live_server.url, api_key=alice, top_k=2, mode="lexical", max_context_tokens=64, rerank=False
+        base_url=live_tenant.url, api_key=alice, top_k=2, mode="lexical", max_context_tokens=64, rerank=False
     )
     assert 1 <= len(budget.retrieve("signing keys")) <= 2
     infra = li.RaglineRetriever(
-        base_url=live_server.url, api_key=alice, filters={"metadata": {"team": "infra"}}
+        base_url=live_tenant.url, api_key=alice, filters={"metadata": {"team": "infra"}}
     )
     assert [n.node.metadata["external_id"] for n in infra.retrieve(QUERY)] == ["keys"]
     retriever.close()
 
 
-def test_llama_index_errors(live_server: LiveServer) -> None:
+def test_llama_index_errors(live_tenant: LiveServer) -> None:
     li = _llama()
-    bad = li.RaglineRetriever(base_url=live_server.url, api_key="rl_000000000000_" + "x" * 43)
+    bad = li.RaglineRetriever(base_url=live_tenant.url, api_key="rl_000000000000_" + "x" * 43)
     with pytest.raises(RaglineError) as caught:
         bad.retrieve(QUERY)
     assert caught.value.status == 401
@@ -159,22 +162,22 @@ def test_llama_index_errors(live_server: LiveServer) -> None:
         asyncio.run(bad.aretrieve(QUERY))
     assert async_caught.value.status == 401
     with pytest.raises(TypeError, match="fuse"):
-        li.RaglineRetriever(base_url=live_server.url, api_key="k", fuse="rrf")
+        li.RaglineRetriever(base_url=live_tenant.url, api_key="k", fuse="rrf")
 
 
-def test_readme_framework_example_runs(live_server: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_framework_example_runs(live_tenant: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
     """The "LangChain and LlamaIndex" example in README.md, run as written against the server."""
     _langchain(), _llama()
     from tests.integration.client.test_fs_connector import REPO
 
-    seed(live_server)
+    seed(live_tenant)
     section = (REPO / "README.md").read_text().split("## LangChain and LlamaIndex", 1)[1]
     code = (
         section.split("```python\n", 1)[1]
         .split("```", 1)[0]
-        .replace("http://localhost:8000", live_server.url)
+        .replace("http://localhost:8000", live_tenant.url)
     )
-    exec(compile(code, "README.md", "exec"), {"query_key": live_server.key("query", principal="user:alice")})
+    exec(compile(code, "README.md", "exec"), {"query_key": live_tenant.key("query", principal="user:alice")})
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("keys Operations > Rotating signing keys ")
     assert "salaries" not in "\n".join(lines) and lines[-1].startswith("['keys'")

@@ -1,7 +1,8 @@
 """The filesystem connector on the connector kit, against a real server: first sync pushes
 everything, a second sends nothing, a change makes one new version, a deleted file is gone
 from retrieval, an ACL change alone is one PUT, and a sync killed midway resumes without
-duplicates. The CLI runs as ``ragline connect fs`` in a subprocess, once with ``--watch``."""
+duplicates. The CLI runs as ``ragline connect fs`` in a subprocess, once with ``--watch``.
+One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -63,11 +64,11 @@ def _ids(client: Client, query: str) -> list[str]:
     return [r.document_external_id for r in client.retrieve(query).results]
 
 
-def test_incremental_sync_push_unchanged_change_delete_acl(live_server: LiveServer, tmp_path: Path) -> None:
+def test_incremental_sync_push_unchanged_change_delete_acl(live_tenant: LiveServer, tmp_path: Path) -> None:
     root = _tree(tmp_path / "share")
     transport = CountingTransport()
-    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
-    reader = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"), transport=transport)
+    reader = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     connector = FsConnector(root, name="fs-share", acl_map=_map(tmp_path))
 
     first = Syncer(client, connector).run()
@@ -85,7 +86,7 @@ def test_incremental_sync_push_unchanged_change_delete_acl(live_server: LiveServ
     )
     changed = Syncer(client, connector).run()
     assert changed.summary() == _counts(pushed=1, unchanged=3)
-    assert live_server.versions("failover.md") == 2 and live_server.versions("lunch.txt") == 1
+    assert live_tenant.versions("failover.md") == 2 and live_tenant.versions("lunch.txt") == 1
 
     (root / "lunch.txt").unlink()
     assert _ids(reader, "soup pasta fish")[0] == "lunch.txt"
@@ -112,19 +113,19 @@ class _DiesSavingState(Client):
         raise KeyboardInterrupt
 
 
-def test_killed_sync_resumes_without_duplicates(live_server: LiveServer, tmp_path: Path) -> None:
+def test_killed_sync_resumes_without_duplicates(live_tenant: LiveServer, tmp_path: Path) -> None:
     root = _tree(tmp_path / "share")
-    key = live_server.key("ingest")
+    key = live_tenant.key("ingest")
     acl_map = _map(tmp_path)
     # Killed on the third file: the server's batch limit is 2, so one batch was recorded.
     with pytest.raises(KeyboardInterrupt):
         Syncer(
-            Client(live_server.url, key), dies_after(FsConnector(root, name="fs-k", acl_map=acl_map), 2)
+            Client(live_tenant.url, key), dies_after(FsConnector(root, name="fs-k", acl_map=acl_map), 2)
         ).run()
-    assert len(Client(live_server.url, key).connector_state("fs-k").documents) == 2
+    assert len(Client(live_tenant.url, key).connector_state("fs-k").documents) == 2
     transport = CountingTransport()
     resumed = Syncer(
-        Client(live_server.url, key, transport=transport), FsConnector(root, name="fs-k", acl_map=acl_map)
+        Client(live_tenant.url, key, transport=transport), FsConnector(root, name="fs-k", acl_map=acl_map)
     )
     report = resumed.run()
     assert (report.pushed, report.unchanged, report.failed) == (2, 2, 0)
@@ -132,15 +133,15 @@ def test_killed_sync_resumes_without_duplicates(live_server: LiveServer, tmp_pat
 
     # Killed after the server accepted a batch but before the state said so: the restart
     # sends that batch again and the server finds it unchanged by content hash. (Another
-    # tenant: in acme the same ids are fs-k's, which another connector may not overwrite.)
-    key = live_server.key("ingest", tenant="globex")
+    # tenant: in this one the same ids are fs-k's, which another connector may not overwrite.)
+    key = live_tenant.key("ingest", tenant="globex")
     with pytest.raises(KeyboardInterrupt):
-        Syncer(_DiesSavingState(live_server.url, key), FsConnector(root, name="fs-s", acl_map=acl_map)).run()
-    again = Syncer(Client(live_server.url, key), FsConnector(root, name="fs-s", acl_map=acl_map)).run()
+        Syncer(_DiesSavingState(live_tenant.url, key), FsConnector(root, name="fs-s", acl_map=acl_map)).run()
+    again = Syncer(Client(live_tenant.url, key), FsConnector(root, name="fs-s", acl_map=acl_map)).run()
     assert again.pushed == 4
-    client = Client(live_server.url, key)
+    client = Client(live_tenant.url, key)
     assert sum(client.job(j).documents.unchanged for j in again.job_ids) >= 2
-    assert all(live_server.versions(rel, tenant="globex") == 1 for rel in FILES)
+    assert all(live_tenant.versions(rel, tenant="globex") == 1 for rel in FILES)
 
 
 def test_posix_acl(tmp_path: Path) -> None:
@@ -160,10 +161,10 @@ def _cli_env(server: LiveServer, key: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": server.url, "RAGLINE_API_KEY": key}
 
 
-def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp_path: Path) -> None:
+def test_cli_connect_fs_json_tenant_check_and_watch(live_tenant: LiveServer, tmp_path: Path) -> None:
     root = _tree(tmp_path / "share")
     (tmp_path / "map.json").write_text(json.dumps(ACL_MAP))
-    key = live_server.key("ingest")
+    key = live_tenant.key("ingest")
     cmd = [
         sys.executable,
         "-m",
@@ -174,11 +175,11 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         "--acl-map",
         str(tmp_path / "map.json"),
     ]
-    env = _cli_env(live_server, key)
+    env = _cli_env(live_tenant, key)
     run = lambda *extra: subprocess.run(  # noqa: E731
         [*cmd, *extra], env=env, cwd=REPO, capture_output=True, text=True, timeout=180, check=False
     )
-    first = run("--tenant", "acme", "--json")
+    first = run("--tenant", live_tenant.tenant, "--json")
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads(first.stdout.strip().splitlines()[-1]) == {
         "pushed": 4,
@@ -190,10 +191,10 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
         "skipped": SKIPPED,
     }
     wrong = run("--tenant", "globex", "--json")
-    assert wrong.returncode == 2 and "tenant acme" in wrong.stderr
+    assert wrong.returncode == 2 and f"tenant {live_tenant.tenant}" in wrong.stderr
 
     watch = subprocess.Popen(
-        [*cmd, "--tenant", "acme", "--json", "--watch"],
+        [*cmd, "--tenant", live_tenant.tenant, "--json", "--watch"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -213,7 +214,7 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_server: LiveServer, tmp
     assert watch.returncode == 0, watch.stderr.read()[-2000:]
 
 
-def test_readme_connector_example_runs(live_server: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_connector_example_runs(live_tenant: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
     """The "Writing a connector" example in README.md, run as written against the server."""
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Writing a connector", 1)[1]
@@ -222,21 +223,21 @@ def test_readme_connector_example_runs(live_server: LiveServer, capsys: pytest.C
         "a": ("# Alpha\n\nThe alpha runbook.", ["group:eng"]),
         "b": ("# Beta\n\nBeta notes.", ["user:x"]),
     }
-    code = code.replace("http://localhost:8000", live_server.url)
+    code = code.replace("http://localhost:8000", live_tenant.url)
     exec(
         compile(code, "README.md", "exec"),
-        {"fetch_pages": lambda: pages, "ingest_key": live_server.key("ingest")},
+        {"fetch_pages": lambda: pages, "ingest_key": live_tenant.key("ingest")},
     )
     assert str(_counts(pushed=2)) in capsys.readouterr().out
 
 
 def test_large_files_go_as_uploads(
-    live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    live_tenant: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("cli.connect.INLINE_MAX_BYTES", 10)
     root = _tree(tmp_path / "share")
     transport = CountingTransport()
-    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
+    client = Client(live_tenant.url, live_tenant.key("ingest"), transport=transport)
     report = Syncer(client, FsConnector(root, name="fs-up", acl_map=_map(tmp_path))).run()
     assert report.summary() == _counts(pushed=4)
     assert transport.sent.count("POST /v1/documents:upload") == 4
@@ -261,9 +262,9 @@ class _Directory(Connector):
         return self.members
 
 
-def test_groups_sync_incrementally(live_server: LiveServer) -> None:
+def test_groups_sync_incrementally(live_tenant: LiveServer) -> None:
     transport = CountingTransport()
-    client = Client(live_server.url, live_server.key("ingest", "admin"), transport=transport)
+    client = Client(live_tenant.url, live_tenant.key("ingest", "admin"), transport=transport)
     directory = _Directory({"user:ann": ["group:hr"], "user:bob": ["group:eng", "group:sre"]})
     assert Syncer(client, directory).run().summary()["groups_synced"] == 2  # in the summary too
     transport.sent.clear()
@@ -273,12 +274,15 @@ def test_groups_sync_incrementally(live_server: LiveServer) -> None:
     assert Syncer(client, directory).run().groups_synced == 2
     state = client.connector_state("directory")
     assert set(state.groups) == {"user:ann"} and state.cursor == "dir-cursor-1"
-    with psycopg.connect(live_server.db_url) as conn:
-        rows = conn.execute("SELECT principal_id, group_id FROM group_members ORDER BY 1, 2").fetchall()
+    with psycopg.connect(live_tenant.db_url) as conn:
+        rows = conn.execute(
+            "SELECT principal_id, group_id FROM group_members WHERE tenant_id = %s ORDER BY 1, 2",
+            (live_tenant.tenant,),
+        ).fetchall()
     assert rows == [("user:ann", "group:eng"), ("user:ann", "group:hr")]
 
 
-def test_acl_map_metadata_and_renames_reach_the_server(live_server: LiveServer, tmp_path: Path) -> None:
+def test_acl_map_metadata_and_renames_reach_the_server(live_tenant: LiveServer, tmp_path: Path) -> None:
     """An ACL map's metadata edited alone re-sends the file, and the server applies the new
     metadata without a new version; the same content under a new path carries its new
     ``path``. Before: the fingerprint ignored the map's metadata and the server kept a
@@ -286,8 +290,8 @@ def test_acl_map_metadata_and_renames_reach_the_server(live_server: LiveServer, 
     root = tmp_path / "share"
     root.mkdir()
     (root / "runbook.md").write_text("# Runbook\n\nRestart the ingestion workers after a failover drill.\n")
-    client = Client(live_server.url, live_server.key("ingest"))
-    reader = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    reader = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     rules = {"*": {"public": True, "metadata": {"team": "sre"}}}
     connector = FsConnector(root, name="fs-meta", acl_map=_map(tmp_path, rules))
     assert Syncer(client, connector).run().summary() == _counts(pushed=1)
@@ -300,5 +304,5 @@ def test_acl_map_metadata_and_renames_reach_the_server(live_server: LiveServer, 
     assert metadata()["team"] == "sre"
     connector.acl_map = _map(tmp_path, {"*": {"public": True, "metadata": {"team": "platform"}}})
     assert Syncer(client, connector).run().summary() == _counts(pushed=1)
-    assert metadata()["team"] == "platform" and live_server.versions("runbook.md") == 1
+    assert metadata()["team"] == "platform" and live_tenant.versions("runbook.md") == 1
     assert Syncer(client, connector).run().summary() == _counts(unchanged=1)

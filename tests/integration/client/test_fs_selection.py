@@ -1,7 +1,7 @@
 """``ragline connect fs`` takes no hidden files unless asked, honours ``--include`` and
 ``--exclude``, reports what it skipped and what changed ACL only (text and ``--json``),
 counts progress once per document, and ``--id-prefix`` lets two folders with the same
-relative paths share a tenant."""
+relative paths share a tenant. One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ def _ids(client: Client, query: str) -> list[str]:
     return [r.document_external_id for r in client.retrieve(query).results]
 
 
-def test_hidden_files_are_never_pushed_by_default(live_server: LiveServer, tmp_path: Path) -> None:
+def test_hidden_files_are_never_pushed_by_default(live_tenant: LiveServer, tmp_path: Path) -> None:
     root = _tree(tmp_path / "share")
-    client = Client(live_server.url, live_server.key("ingest"))
-    reader = Client(live_server.url, live_server.key("query", principal="user:eve"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    reader = Client(live_tenant.url, live_tenant.key("query", principal="user:eve"))
     connector = FsConnector(root, name="fs-hidden", acl_map=_public(tmp_path))
     report = Syncer(client, connector).run()
     assert report.pushed == 2
@@ -72,7 +72,7 @@ def test_hidden_files_are_never_pushed_by_default(live_server: LiveServer, tmp_p
 def _cli(server: LiveServer, key: str, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": server.url, "RAGLINE_API_KEY": key}
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", "connect", "fs", *argv, "--tenant", "acme"],
+        [sys.executable, "-m", "cli.main", "connect", "fs", *argv, "--tenant", server.tenant],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -82,14 +82,14 @@ def _cli(server: LiveServer, key: str, *argv: str) -> subprocess.CompletedProces
     )
 
 
-def test_cli_reports_skipped_files_and_acl_only_changes(live_server: LiveServer, tmp_path: Path) -> None:
+def test_cli_reports_skipped_files_and_acl_only_changes(live_tenant: LiveServer, tmp_path: Path) -> None:
     root = _tree(tmp_path / "share")
     (root / "tool.exe").write_bytes(b"MZ\x90\x00")  # a type ragline does not parse
-    key = live_server.key("ingest")
+    key = live_tenant.key("ingest")
     rules = tmp_path / "map.json"
     rules.write_text(json.dumps({"*": {"public": True}}))
     base = [str(root), "--acl-map", str(rules), "--exclude", "drafts/"]
-    first = _cli(live_server, key, *base, "--json")
+    first = _cli(live_tenant, key, *base, "--json")
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads(first.stdout.strip().splitlines()[-1]) == {
         "pushed": 1,
@@ -105,17 +105,17 @@ def test_cli_reports_skipped_files_and_acl_only_changes(live_server: LiveServer,
 
     # The ACL alone changes: reported as acl_updated, in JSON and in the text summary.
     rules.write_text(json.dumps({"*": {"principals": ["group:eng"]}}))
-    acl_only = _cli(live_server, key, *base, "--json")
+    acl_only = _cli(live_tenant, key, *base, "--json")
     assert acl_only.returncode == 0, acl_only.stderr[-2000:]
     summary = json.loads(acl_only.stdout.strip().splitlines()[-1])
     assert (summary["pushed"], summary["unchanged"], summary["acl_updated"]) == (0, 0, 1)
     rules.write_text(json.dumps({"*": {"public": True}}))
-    text = _cli(live_server, key, *base)
+    text = _cli(live_tenant, key, *base)
     assert text.returncode == 0, text.stderr[-2000:]
     assert "acl_updated 1" in text.stdout and "skipped 6 (hidden 4, excluded 1, unsupported 1)" in text.stdout
 
 
-def test_progress_counts_each_document_once(live_server: LiveServer, tmp_path: Path) -> None:
+def test_progress_counts_each_document_once(live_tenant: LiveServer, tmp_path: Path) -> None:
     """Found unchanged by the job, failed in the job, failed on load: still one tick each,
     so the count ends at the plan's total (it showed ``8/6 docs``)."""
     root = tmp_path / "share"
@@ -126,7 +126,7 @@ def test_progress_counts_each_document_once(live_server: LiveServer, tmp_path: P
     (root / "unmapped.txt").write_text("No rule in the map covers this file.\n")  # fails on load
     (tmp_path / "map.json").write_text(json.dumps({"*.md": {"public": True}, "empty.txt": {"public": True}}))
     rules = AclMap.load(tmp_path / "map.json")
-    client = Client(live_server.url, live_server.key("ingest"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     assert Syncer(client, FsConnector(root, name="fs-p", acl_map=rules)).run().pushed == 4
     # The state forgets two documents: the next run sends them again and the job finds them unchanged.
     client.save_connector_state("fs-p", ConnectorStateUpdate(remove_documents=["doc0.md", "doc1.md"]))
@@ -139,32 +139,32 @@ def test_progress_counts_each_document_once(live_server: LiveServer, tmp_path: P
 
 
 def test_id_prefix_lets_two_folders_with_the_same_paths_share_a_tenant(
-    live_server: LiveServer, tmp_path: Path
+    live_tenant: LiveServer, tmp_path: Path
 ) -> None:
-    key = live_server.key("ingest")
-    reader = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    key = live_tenant.key("ingest")
+    reader = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     rules = tmp_path / "map.json"
     rules.write_text(json.dumps({"*": {"public": True}}))
     for team, text in (("a", "Team A ships the mobile app."), ("b", "Team B runs the data warehouse.")):
         (tmp_path / team).mkdir()
         (tmp_path / team / "readme.txt").write_text(text + "\n")
-        run = _cli(live_server, key, str(tmp_path / team), "--acl-map", str(rules), "--id-prefix", f"{team}/")
+        run = _cli(live_tenant, key, str(tmp_path / team), "--acl-map", str(rules), "--id-prefix", f"{team}/")
         assert run.returncode == 0, run.stderr[-2000:]
     assert _ids(reader, "mobile app")[0] == "a/readme.txt"
     assert _ids(reader, "data warehouse")[0] == "b/readme.txt"
     (tmp_path / "b" / "readme.txt").unlink()
-    run = _cli(live_server, key, str(tmp_path / "b"), "--acl-map", str(rules), "--id-prefix", "b/", "--json")
+    run = _cli(live_tenant, key, str(tmp_path / "b"), "--acl-map", str(rules), "--id-prefix", "b/", "--json")
     assert json.loads(run.stdout.strip().splitlines()[-1])["deleted"] == 1
     assert _ids(reader, "mobile app")[0] == "a/readme.txt"
 
 
-def test_a_document_pushed_without_readers_is_warned_about(live_server: LiveServer, tmp_path: Path) -> None:
+def test_a_document_pushed_without_readers_is_warned_about(live_tenant: LiveServer, tmp_path: Path) -> None:
     root = tmp_path / "share"
     root.mkdir()
     (root / "open.md").write_text("# Open\n\nFor everyone.\n")
     (root / "locked.md").write_text("# Locked\n\nFor nobody, by mistake.\n")
     (tmp_path / "map.json").write_text(json.dumps({"locked.md": {"principals": []}, "*": {"public": True}}))
-    client = Client(live_server.url, live_server.key("ingest"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     report = Syncer(client, FsConnector(root, name="fs-w", acl_map=AclMap.load(tmp_path / "map.json"))).run()
     assert report.pushed == 2
     assert list(report.warnings) == ["locked.md"] and "no_readers" in report.warnings["locked.md"]

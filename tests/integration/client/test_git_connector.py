@@ -2,7 +2,8 @@
 real server: first sync, a no-change sync that writes nothing, a commit that adds, modifies,
 deletes and renames (the renamed file keeps its id), readers from the ACL map and CODEOWNERS
 whose change alone is an ACL PUT that locks the removed reader out, a force-push through a
-mirrored URL (full resync), a killed sync resumed, and ``ragline connect git --json``."""
+mirrored URL (full resync), a killed sync resumed, and ``ragline connect git --json``.
+One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -96,13 +97,13 @@ def hit(client: Client, query: str, external_id: str) -> dict:
 
 
 def test_incremental_by_diff_renames_keep_ids_and_acl_change_locks_out(
-    live_server: LiveServer, tmp_path: Path
+    live_tenant: LiveServer, tmp_path: Path
 ) -> None:
     work = make_repo(tmp_path / "work")
     transport = CountingTransport()
-    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
-    bob = Client(live_server.url, live_server.key("query", principal="user:bob"))
-    ann = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"), transport=transport)
+    bob = Client(live_tenant.url, live_tenant.key("query", principal="user:bob"))
+    ann = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     repo = GitRepo.open(str(work), cache_dir=tmp_path / "cache")
     conn = connector(repo, client, "git-work", acl_map(tmp_path))
 
@@ -138,7 +139,7 @@ def test_incremental_by_diff_renames_keep_ids_and_acl_change_locks_out(
     # re-push brings the same content.)
     assert "guide/vpn.html" in ids(bob, "install the wireguard profile laptop")
     assert "guide/wireguard.html" not in ids(bob, "install the wireguard profile laptop")
-    assert live_server.versions("guide/vpn.html") == 1
+    assert live_tenant.versions("guide/vpn.html") == 1
     assert client.connector_state("git-work").documents["guide/vpn.html"].startswith("git:")
     assert hit(bob, "restore base backup replay WAL", "runbooks/restore.md")["commit"] == second
     # The untouched file keeps the commit that last changed it, not the new head.
@@ -160,17 +161,17 @@ def test_incremental_by_diff_renames_keep_ids_and_acl_change_locks_out(
     acl = Syncer(client, conn).run()
     assert (acl.acl_updated, acl.pushed) == (1, 0)
     assert [s for s in transport.writes() if "/documents" in s] == ["PUT /v1/documents/hr/pay.txt/acl"]
-    assert live_server.versions("hr/pay.txt") == 1
+    assert live_tenant.versions("hr/pay.txt") == 1
     assert "hr/pay.txt" not in ids(bob, "salary bands engineering ladder")
     assert "hr/pay.txt" in ids(ann, "salary bands engineering ladder")
 
 
-def test_codeowners_are_readers_and_their_change_is_acl_only(live_server: LiveServer, tmp_path: Path) -> None:
+def test_codeowners_are_readers_and_their_change_is_acl_only(live_tenant: LiveServer, tmp_path: Path) -> None:
     work = make_repo(tmp_path / "work", {**FILES, ".github/CODEOWNERS": "* @ann\n/hr/ @bob @acme/payroll\n"})
-    client = Client(live_server.url, live_server.key("ingest"))
-    bob = Client(live_server.url, live_server.key("query", principal="user:bob"))
-    carol = Client(live_server.url, live_server.key("query", principal="user:carol"))
-    Client(live_server.url, live_server.key("admin")).set_groups("user:carol", ["group:acme/payroll"])
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    bob = Client(live_tenant.url, live_tenant.key("query", principal="user:bob"))
+    carol = Client(live_tenant.url, live_tenant.key("query", principal="user:carol"))
+    Client(live_tenant.url, live_tenant.key("admin")).set_groups("user:carol", ["group:acme/payroll"])
     repo = GitRepo.open(str(work), cache_dir=tmp_path / "cache")
     conn = connector(repo, client, "git-co", acl_map(tmp_path, {"*.md": {"principals": ["user:dan"]}}))
     conn.owners = CodeOwners(repo)
@@ -191,14 +192,14 @@ def test_codeowners_are_readers_and_their_change_is_acl_only(live_server: LiveSe
     assert "hr/pay.txt" in ids(carol, "salary bands engineering ladder")
 
 
-def test_force_push_through_a_mirrored_url_is_a_full_resync(live_server: LiveServer, tmp_path: Path) -> None:
+def test_force_push_through_a_mirrored_url_is_a_full_resync(live_tenant: LiveServer, tmp_path: Path) -> None:
     work = make_repo(tmp_path / "work")
     origin = tmp_path / "origin.git"
     subprocess.run(["git", "init", "--quiet", "--bare", str(origin)], check=True)
     git(work, "remote", "add", "origin", str(origin))
     git(work, "push", "--quiet", "origin", "main")
-    client = Client(live_server.url, live_server.key("ingest"))
-    reader = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    reader = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     url = origin.as_uri()
 
     def sync() -> tuple[GitConnector, object]:
@@ -240,9 +241,9 @@ def test_force_push_through_a_mirrored_url_is_a_full_resync(live_server: LiveSer
     }
 
 
-def test_killed_sync_resumes(live_server: LiveServer, tmp_path: Path) -> None:
+def test_killed_sync_resumes(live_tenant: LiveServer, tmp_path: Path) -> None:
     work = make_repo(tmp_path / "work")
-    client = Client(live_server.url, live_server.key("ingest"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     repo = GitRepo.open(str(work), cache_dir=tmp_path / "cache")
     rules = acl_map(tmp_path)
     killed = dies_after(
@@ -265,11 +266,11 @@ def test_killed_sync_resumes(live_server: LiveServer, tmp_path: Path) -> None:
     assert client.connector_state("git-k").cursor == git(work, "rev-parse", "HEAD")
 
 
-def test_cli_connect_git_json(live_server: LiveServer, tmp_path: Path) -> None:
+def test_cli_connect_git_json(live_tenant: LiveServer, tmp_path: Path) -> None:
     work = make_repo(tmp_path / "work")
     (tmp_path / "map.json").write_text(json.dumps({"hr/*": {"principals": ["user:ann"]}}))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": live_server.url}
-    env["RAGLINE_API_KEY"] = live_server.key("ingest")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": live_tenant.url}
+    env["RAGLINE_API_KEY"] = live_tenant.key("ingest")
     cmd = [
         sys.executable,
         "-m",
@@ -280,7 +281,7 @@ def test_cli_connect_git_json(live_server: LiveServer, tmp_path: Path) -> None:
         "--acl-map",
         str(tmp_path / "map.json"),
     ]
-    cmd += ["--tenant", "acme", "--json", "--cache-dir", str(tmp_path / "cache")]
+    cmd += ["--tenant", live_tenant.tenant, "--json", "--cache-dir", str(tmp_path / "cache")]
     run = lambda *extra: subprocess.run(  # noqa: E731
         [*cmd, *extra], env=env, cwd=REPO, capture_output=True, text=True, timeout=180, check=False
     )

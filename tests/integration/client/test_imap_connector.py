@@ -3,7 +3,8 @@ a shared namespace, the ACL plugin) and a real ragline server: messages as docum
 their headers as metadata, readers from the owner and the folder's ACL, a SETACL that
 removes a reader reaching ragline as an ACL-only update that locks them out, an expunged
 message deleted, a recreated folder (new UIDVALIDITY) synced again in full, a killed sync
-resumed, and ``ragline connect imap --json``."""
+resumed, and ``ragline connect imap --json``. Dovecot and the ragline server are the module's;
+each test syncs into a tenant of its own (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -80,15 +81,15 @@ def ids(client: Client, query: str) -> list[str]:
     return [r.document_external_id for r in client.retrieve(query).results]
 
 
-def test_folder_acl_expunge_and_uidvalidity(live_server: LiveServer, server: dv.Dovecot) -> None:
+def test_folder_acl_expunge_and_uidvalidity(live_tenant: LiveServer, server: dv.Dovecot) -> None:
     ann_imap = mailbox(server, "Team")
     ann_imap.append(
         "INBOX", None, None, message("Pay bands", "Confidential salary bands for the ladder.", mid="p1")
     )
     transport = CountingTransport()
-    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
-    bob = Client(live_server.url, live_server.key("query", principal="user:bob"))
-    ann = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"), transport=transport)
+    bob = Client(live_tenant.url, live_tenant.key("query", principal="user:bob"))
+    ann = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     conn = connector(server, "imap-ann")
 
     first = Syncer(client, conn).run()
@@ -153,7 +154,7 @@ def with_attachments() -> bytes:
     return mail.as_bytes()
 
 
-def test_attachments_are_linked_documents(live_server: LiveServer, server: dv.Dovecot) -> None:
+def test_attachments_are_linked_documents(live_tenant: LiveServer, server: dv.Dovecot) -> None:
     """An attachment of a parsed type is a document of its own, linked to its message by
     ``parent_external_id``, read by whoever reads the message, following the folder's ACL
     changes and deleted with the message; one of another type is listed as skipped."""
@@ -163,9 +164,9 @@ def test_attachments_are_linked_documents(live_server: LiveServer, server: dv.Do
     imap.append('"Att"', None, None, with_attachments())
     assert imap.setacl('"Att"', "bob", "lr")[0] == "OK"
     transport = CountingTransport()
-    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
-    bob = Client(live_server.url, live_server.key("query", principal="user:bob"))
-    ann = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"), transport=transport)
+    bob = Client(live_tenant.url, live_tenant.key("query", principal="user:bob"))
+    ann = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     conn = connector(server, "imap-att")
 
     def att() -> list[str]:  # ann's other folders (earlier tests) sync too: count this one's
@@ -208,12 +209,12 @@ def test_attachments_are_linked_documents(live_server: LiveServer, server: dv.Do
     imap.logout()
 
 
-def test_condstore_skips_unchanged_folders(live_server: LiveServer, server: dv.Dovecot) -> None:
+def test_condstore_skips_unchanged_folders(live_tenant: LiveServer, server: dv.Dovecot) -> None:
     """With CONDSTORE (Dovecot offers it) a folder whose HIGHESTMODSEQ, UIDNEXT, message count
     and ACL match the cursor is not listed at all; a new message, an expunge, a flag change
     or an ACL change lists it again."""
     imap = mailbox(server, "Cond")
-    client = Client(live_server.url, live_server.key("ingest"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     conn = connector(server, "imap-cond")
     first = Syncer(client, conn).run()
     assert conn.condstore and "Cond" in conn.searched and first.failed == 0
@@ -245,11 +246,11 @@ def test_condstore_skips_unchanged_folders(live_server: LiveServer, server: dv.D
     imap.logout()
 
 
-def test_killed_sync_resumes(live_server: LiveServer, server: dv.Dovecot) -> None:
+def test_killed_sync_resumes(live_tenant: LiveServer, server: dv.Dovecot) -> None:
     imap = mailbox(server, "Ops")
     imap.append('"Ops"', None, None, message("Backups", "Restore the base backup and replay WAL.", mid="o3"))
     imap.logout()
-    client = Client(live_server.url, live_server.key("ingest"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     killed = dies_after(
         ImapConnector(server.host, server.port, user="ann", password=server.password, name="imap-k"), 2
     )
@@ -265,14 +266,14 @@ def test_killed_sync_resumes(live_server: LiveServer, server: dv.Dovecot) -> Non
     assert len(client.connector_state("imap-k").documents) == recorded + report.pushed
 
 
-def test_cli_connect_imap_json(live_server: LiveServer, server: dv.Dovecot, tmp_path: Path) -> None:
+def test_cli_connect_imap_json(live_tenant: LiveServer, server: dv.Dovecot, tmp_path: Path) -> None:
     mailbox(server, "Cli").logout()
     (tmp_path / "pw").write_text(server.password + "\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": live_server.url}
-    env["RAGLINE_API_KEY"] = live_server.key("ingest")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": live_tenant.url}
+    env["RAGLINE_API_KEY"] = live_tenant.key("ingest")
     url = f"imap://ann@{server.host}:{server.port}"
     cmd = [sys.executable, "-m", "cli.main", "connect", "imap"]
-    opts = ["--password-file", str(tmp_path / "pw"), "--tenant", "acme", "--json"]
+    opts = ["--password-file", str(tmp_path / "pw"), "--tenant", live_tenant.tenant, "--json"]
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*cmd, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
@@ -284,5 +285,5 @@ def test_cli_connect_imap_json(live_server: LiveServer, server: dv.Dovecot, tmp_
     second = json.loads(run(url, *opts).stdout.strip().splitlines()[-1])
     assert second["pushed"] == 0 and second["unchanged"] == summary["pushed"]
     (tmp_path / "bad").write_text("wrong\n")
-    bad = run(url, "--password-file", str(tmp_path / "bad"), "--tenant", "acme", "--json")
+    bad = run(url, "--password-file", str(tmp_path / "bad"), "--tenant", live_tenant.tenant, "--json")
     assert bad.returncode == 2 and "LOGIN" in bad.stderr.upper()

@@ -1,7 +1,8 @@
 """``ragline-mcp`` driven by the MCP SDK's own client, over stdio (the server as a
 subprocess) and over streamable HTTP on loopback, against a real ragline server: search with
 citations, fetch of a chunk and of a document, and documents the user may not read refused
-as if absent. Also the fetch endpoints behind the ``fetch`` tool, through the Python client."""
+as if absent. Also the fetch endpoints behind the ``fetch`` tool, through the Python client.
+One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ def _salary_chunk(server: LiveServer) -> str:
         return hr.retrieve("salary bands", top_k=1).results[0].chunk_id
 
 
-def test_fetch_endpoints_check_the_acl(live_server: LiveServer) -> None:
-    seed(live_server)
-    salary_chunk = _salary_chunk(live_server)
-    with Client(live_server.url, live_server.key("query", principal="user:alice")) as alice:
+def test_fetch_endpoints_check_the_acl(live_tenant: LiveServer) -> None:
+    seed(live_tenant)
+    salary_chunk = _salary_chunk(live_tenant)
+    with Client(live_tenant.url, live_tenant.key("query", principal="user:alice")) as alice:
         hit = alice.retrieve(QUERY, top_k=1).results[0]
         chunk = alice.chunk(hit.chunk_id)
         assert (chunk.chunk_id, chunk.text, chunk.document_external_id) == (hit.chunk_id, hit.text, "keys")
@@ -51,18 +52,18 @@ def test_fetch_endpoints_check_the_acl(live_server: LiveServer) -> None:
         with pytest.raises(RaglineError) as absent:
             alice.document("no-such-document")
         assert absent.value.status == 404
-    # Another tenant's key never reads acme's chunks.
-    with Client(live_server.url, live_server.key("query", tenant="globex", principal="user:alice")) as other:
+    # Another tenant's key never reads this tenant's chunks.
+    with Client(live_tenant.url, live_tenant.key("query", tenant="globex", principal="user:alice")) as other:
         with pytest.raises(RaglineError) as foreign:
             other.chunk(hit.chunk_id)
         assert foreign.value.status == 404
     # An ingest-only key lacks the query role; deleted documents are gone from fetch too.
-    with Client(live_server.url, live_server.key("ingest")) as ingest:
+    with Client(live_tenant.url, live_tenant.key("ingest")) as ingest:
         with pytest.raises(RaglineError) as no_role:
             ingest.document("keys")
         assert no_role.value.status == 403
         ingest.delete("keys")
-    with Client(live_server.url, live_server.key("query", principal="user:alice")) as alice:
+    with Client(live_tenant.url, live_tenant.key("query", principal="user:alice")) as alice:
         with pytest.raises(RaglineError) as deleted:
             alice.chunk(hit.chunk_id)
         assert deleted.value.status == 404
@@ -93,18 +94,18 @@ async def _exercise(mcp: Any, salary_chunk: str) -> None:
         assert "salary" not in refused.content[0].text.lower()
 
 
-def test_mcp_over_stdio(live_server: LiveServer) -> None:
+def test_mcp_over_stdio(live_tenant: LiveServer) -> None:
     require("mcp")
     from mcp import Client as McpClient
     from mcp import StdioServerParameters
 
-    seed(live_server)
-    salary_chunk = _salary_chunk(live_server)
-    key = live_server.key("query", principal="user:alice")
+    seed(live_tenant)
+    salary_chunk = _salary_chunk(live_tenant)
+    key = live_tenant.key("query", principal="user:alice")
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "ragline_client.mcp_server"],
-        env={"RAGLINE_API_URL": live_server.url, "RAGLINE_API_KEY": key, "PYTHONPATH": str(REPO)},
+        env={"RAGLINE_API_URL": live_tenant.url, "RAGLINE_API_KEY": key, "PYTHONPATH": str(REPO)},
     )
 
     async def run() -> None:
@@ -115,11 +116,11 @@ def test_mcp_over_stdio(live_server: LiveServer) -> None:
 
 
 @pytest.fixture
-def mcp_http(live_server: LiveServer) -> Iterator[str]:
+def mcp_http(live_tenant: LiveServer) -> Iterator[str]:
     """``ragline-mcp --transport http`` on a loopback port, with no configured key: every
     call must bring its user's bearer."""
     port = free_port()
-    env = {**os.environ, "RAGLINE_API_URL": live_server.url, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "RAGLINE_API_URL": live_tenant.url, "PYTHONPATH": str(REPO)}
     env.pop("RAGLINE_API_KEY", None)
     env.pop("RAGLINE_API_TOKEN", None)
     proc = subprocess.Popen(
@@ -149,16 +150,16 @@ def mcp_http(live_server: LiveServer) -> Iterator[str]:
             proc.wait()
 
 
-def test_mcp_over_streamable_http_uses_the_callers_token(live_server: LiveServer, mcp_http: str) -> None:
+def test_mcp_over_streamable_http_uses_the_callers_token(live_tenant: LiveServer, mcp_http: str) -> None:
     require("mcp")
     import httpx2
     from mcp import Client as McpClient
     from mcp.client.streamable_http import streamable_http_client
 
-    seed(live_server)
-    salary_chunk = _salary_chunk(live_server)
-    alice = live_server.key("query", principal="user:alice")
-    bob = live_server.key("query", principal="user:bob")
+    seed(live_tenant)
+    salary_chunk = _salary_chunk(live_tenant)
+    alice = live_tenant.key("query", principal="user:alice")
+    bob = live_tenant.key("query", principal="user:bob")
 
     def connect(token: str | None) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -184,7 +185,7 @@ def test_mcp_over_streamable_http_uses_the_callers_token(live_server: LiveServer
 
 
 def test_readme_mcp_example_runs(
-    live_server: LiveServer,
+    live_tenant: LiveServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
@@ -194,7 +195,7 @@ def test_readme_mcp_example_runs(
     require("mcp")
     import shutil
 
-    seed(live_server)
+    seed(live_tenant)
     if shutil.which("ragline-mcp") is None:
         shim = tmp_path / "bin" / "ragline-mcp"
         shim.parent.mkdir()
@@ -207,9 +208,9 @@ def test_readme_mcp_example_runs(
     code = (
         section.split("```python\n", 1)[1]
         .split("```", 1)[0]
-        .replace("http://localhost:8000", live_server.url)
+        .replace("http://localhost:8000", live_tenant.url)
     )
-    exec(compile(code, "README.md", "exec"), {"query_key": live_server.key("query", principal="user:alice")})
+    exec(compile(code, "README.md", "exec"), {"query_key": live_tenant.key("query", principal="user:alice")})
     out = capfd.readouterr().out
     citation, text = out.split("\n", 1)
     assert citation == "Key rotation, Operations > Rotating signing keys"

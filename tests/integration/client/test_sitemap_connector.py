@@ -1,7 +1,8 @@
 """The sitemap connector against a site served in the test and a real ragline server: pages
 with ``<lastmod>`` are not fetched again while it stands still, a changed page is one new
 version, a page dropped from the sitemap is deleted, a sitemap index is followed; a page or
-a sitemap that cannot be fetched fails alone and deletes nothing."""
+a sitemap that cannot be fetched fails alone and deletes nothing.
+One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def site() -> Iterator[Site]:
     s.server.server_close()
 
 
-def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
+def test_sitemap_sync(live_tenant: LiveServer, site: Site) -> None:
     site.pages["/vpn.html"] = (
         "text/html",
         b"<h1>VPN</h1><p>Install the wireguard profile from the portal.</p>",
@@ -83,8 +84,8 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
     site.pages["/parking.html"] = ("text/html; charset=utf-8", b"<p>Visitors park on level two.</p>")
     site.pages["/faq.txt"] = ("text/plain", b"Expense claims are due by the fifth of each month.")
     site.sitemap({"/vpn.html": "2026-01-01", "/parking.html": "2026-01-01", "/faq.txt": None})
-    client = Client(live_server.url, live_server.key("ingest"))
-    reader = Client(live_server.url, live_server.key("query", principal="user:zed"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    reader = Client(live_tenant.url, live_tenant.key("query", principal="user:zed"))
     with httpx.Client() as http:
         connector = SitemapConnector(
             f"{site.url}/sitemap.xml", name="site", acl=AclIn(public=True), http=http
@@ -107,7 +108,7 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
             "groups_synced": 0,
             "failed": 0,
         }
-        assert live_server.versions(f"{site.url}/vpn.html") == 2
+        assert live_tenant.versions(f"{site.url}/vpn.html") == 2
         hits = [r.document_external_id for r in reader.retrieve("where do visitors park").results]
         assert f"{site.url}/parking.html" not in hits
         assert reader.retrieve("openvpn profile").results[0].metadata["url"] == f"{site.url}/vpn.html"
@@ -117,14 +118,14 @@ def test_sitemap_sync(live_server: LiveServer, site: Site) -> None:
             Syncer(client, connector).run()
 
 
-def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_server: LiveServer, site: Site) -> None:
+def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_tenant: LiveServer, site: Site) -> None:
     site.pages["/ok.html"] = ("text/html", b"<p>The badge office opens at nine on weekdays.</p>")
     site.pages["/flaky.txt"] = ("text/plain", b"The flaky page about printer toner.")
     # /gone.html (lastmod) and /missing.txt (no lastmod: fetched while listing) answer 404.
     site.sitemap(
         {"/ok.html": "2026-01-01", "/gone.html": "2026-01-01", "/missing.txt": None, "/flaky.txt": None}
     )
-    client = Client(live_server.url, live_server.key("ingest"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     with httpx.Client() as http:
         connector = SitemapConnector(
             f"{site.url}/sitemap.xml", name="site-404", acl=AclIn(public=True), http=http
@@ -160,15 +161,15 @@ def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_server: LiveServe
         assert f"{site.url}/flaky.txt" in client.connector_state("site-404").documents
 
 
-def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(live_server: LiveServer, site: Site) -> None:
+def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(live_tenant: LiveServer, site: Site) -> None:
     repo = Path(__file__).resolve().parents[3]
     site.pages["/ok.html"] = ("text/html", b"<p>The badge office opens at nine on weekdays.</p>")
     site.sitemap({"/ok.html": "2026-01-01", "/gone.html": "2026-01-01"})
     env = {
         **os.environ,
         "PYTHONPATH": str(repo),
-        "RAGLINE_API_URL": live_server.url,
-        "RAGLINE_API_KEY": live_server.key("ingest"),
+        "RAGLINE_API_URL": live_tenant.url,
+        "RAGLINE_API_KEY": live_tenant.key("ingest"),
     }
     argv = [
         sys.executable,
@@ -178,7 +179,7 @@ def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(live_server: LiveSe
         "sitemap",
         f"{site.url}/sitemap.xml",
         "--tenant",
-        "acme",
+        live_tenant.tenant,
     ]
     run = subprocess.run(
         [*argv, "--public", "--json"],

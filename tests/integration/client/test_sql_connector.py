@@ -2,7 +2,8 @@
 server) and a real ragline server: rows as documents, incremental by a monotonic column,
 deletes by a tombstone or by keyset comparison, readers from a join table or an array
 column whose change alone is an ACL PUT that locks the removed reader out, a killed sync
-resumed, and ``ragline connect sql --json``."""
+resumed, and ``ragline connect sql --json``.
+One server for the module, a tenant per test (``live_tenant``)."""
 
 from __future__ import annotations
 
@@ -97,12 +98,12 @@ def ids(client: Client, query: str) -> list[str]:
 
 
 def test_join_table_readers_monotonic_column_and_tombstones(
-    live_server: LiveServer, source_db: str, tmp_path: Path
+    live_tenant: LiveServer, source_db: str, tmp_path: Path
 ) -> None:
     transport = CountingTransport()
-    client = Client(live_server.url, live_server.key("ingest"), transport=transport)
-    bob = Client(live_server.url, live_server.key("query", principal="user:bob"))
-    ann = Client(live_server.url, live_server.key("query", principal="user:ann"))
+    client = Client(live_tenant.url, live_tenant.key("ingest"), transport=transport)
+    bob = Client(live_tenant.url, live_tenant.key("query", principal="user:bob"))
+    ann = Client(live_tenant.url, live_tenant.key("query", principal="user:ann"))
     conn = SqlConnector(
         source_db,
         spec(tmp_path, JOINED),
@@ -138,7 +139,7 @@ def test_join_table_readers_monotonic_column_and_tombstones(
     )
     changed = Syncer(client, conn).run()
     assert (changed.pushed, changed.unchanged, changed.deleted, changed.failed) == (2, 1, 1, 0)
-    assert live_server.versions("1") == 2 and live_server.versions("2") == 1
+    assert live_tenant.versions("1") == 2 and live_tenant.versions("2") == 1
     assert "3" not in ids(bob, "soup pasta fish")
     assert "4" in ids(bob, "restore base backup replay WAL")
 
@@ -149,14 +150,14 @@ def test_join_table_readers_monotonic_column_and_tombstones(
     acl = Syncer(client, conn).run()
     assert (acl.acl_updated, acl.pushed, acl.deleted) == (1, 0, 0)
     assert [s for s in transport.writes() if "/documents" in s] == ["PUT /v1/documents/2/acl"]
-    assert live_server.versions("2") == 1
+    assert live_tenant.versions("2") == 1
     assert "2" not in ids(bob, "salary bands engineering ladder")
     assert "2" in ids(ann, "salary bands engineering ladder")
 
 
-def test_array_readers_and_keyset_deletes(live_server: LiveServer, source_db: str, tmp_path: Path) -> None:
-    client = Client(live_server.url, live_server.key("ingest"))
-    bob = Client(live_server.url, live_server.key("query", principal="user:bob"))
+def test_array_readers_and_keyset_deletes(live_tenant: LiveServer, source_db: str, tmp_path: Path) -> None:
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    bob = Client(live_tenant.url, live_tenant.key("query", principal="user:bob"))
     conn = SqlConnector(
         source_db,
         spec(tmp_path, ARRAY),
@@ -172,8 +173,8 @@ def test_array_readers_and_keyset_deletes(live_server: LiveServer, source_db: st
     assert "2" not in ids(bob, "salary bands engineering ladder")
 
 
-def test_killed_sync_resumes(live_server: LiveServer, source_db: str, tmp_path: Path) -> None:
-    client = Client(live_server.url, live_server.key("ingest"))
+def test_killed_sync_resumes(live_tenant: LiveServer, source_db: str, tmp_path: Path) -> None:
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
     known = lambda: client.connector_state("sql-k").documents  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
         Syncer(
@@ -186,12 +187,12 @@ def test_killed_sync_resumes(live_server: LiveServer, source_db: str, tmp_path: 
     assert client.connector_state("sql-k").cursor is not None
 
 
-def test_cli_connect_sql_json_and_bad_input(live_server: LiveServer, source_db: str, tmp_path: Path) -> None:
+def test_cli_connect_sql_json_and_bad_input(live_tenant: LiveServer, source_db: str, tmp_path: Path) -> None:
     (tmp_path / "q.toml").write_text(JOINED)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": live_server.url}
-    env["RAGLINE_API_KEY"] = live_server.key("ingest")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": live_tenant.url}
+    env["RAGLINE_API_KEY"] = live_tenant.key("ingest")
     cmd = [sys.executable, "-m", "cli.main", "connect", "sql"]
-    opts = ["--query-file", str(tmp_path / "q.toml"), "--tenant", "acme", "--json"]
+    opts = ["--query-file", str(tmp_path / "q.toml"), "--tenant", live_tenant.tenant, "--json"]
 
     def run(dsn: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
