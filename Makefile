@@ -7,7 +7,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test lint typecheck unit bench clean
+.PHONY: setup run test lint typecheck unit soak bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +37,11 @@ test: lint typecheck
 # the integration mark, which tests/conftest.py enforces), nothing marked slow.
 unit: setup
 	$(PY) -m pytest tests/unit -m "not integration and not slow"
+
+# The loops whose size is not itself the property, at full size (testkit/sizes.py): the suite
+# runs them smaller. Results are recorded in docs/benchmarks.md ("make soak").
+soak: setup
+	RAGLINE_SOAK=1 $(PY) -m pytest -m soak --durations-file=soak-durations.tsv
 
 clean:
 	-$(VENV)/bin/ragline db down

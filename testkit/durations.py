@@ -40,7 +40,7 @@ _RAY_FIXTURES = frozenset({"ray_local", "shard_servers", "ray_cluster"})
 _MODEL_FIXTURES = frozenset(
     {"trained", "model_dir", "reranker", "onnx_reranker", "any_reranker", "model_variants_dir"}
 )
-_SHARED_APP_FIXTURES = frozenset({"foundation_client_shared", "full_client_shared"})
+_SHARED_APP_FIXTURES = frozenset({"foundation_client_shared", "full_client_shared", "live_server_module"})
 _APP_FIXTURES = frozenset({"foundation_client", "full_client", "live_server", "client"})
 _GENERATED_FILES = ("fuzz", "no_leak", "permission_attacks")
 _MODEL_FILES = ("onnx", "embedder", "model_variants", "reranker", "train")
