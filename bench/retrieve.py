@@ -271,13 +271,9 @@ def server(
     ``env_extra`` adds other settings (``RAGLINE_AUDIT__RETRIEVES``, ``RAGLINE_LIMITS__*``).
     """
     port = free_port()
-    env = server_env(
-        url,
-        data_dir,
-        RAGLINE_LOG_LEVEL=os.environ.get("RAGLINE_LOG_LEVEL", "WARNING"),
-        **{f"RAGLINE_RERANK__{k.upper()}": v for k, v in (rerank or {}).items()},
-        **(env_extra or {}),
-    )
+    env = server_env(url, data_dir, RAGLINE_LOG_LEVEL=os.environ.get("RAGLINE_LOG_LEVEL", "WARNING"))
+    env.update({f"RAGLINE_RERANK__{k.upper()}": v for k, v in (rerank or {}).items()})
+    env.update(env_extra or {})
     log_path = data_dir / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
