@@ -36,7 +36,7 @@ BUCKETS = (
 _BUCKET_KEY = "duration_bucket"
 
 # Fixtures that say what a test pays for (the first matching bucket wins, in BUCKETS' order).
-_RAY_FIXTURES = frozenset({"ray_local", "shard_servers", "ray_cluster"})
+_RAY_FIXTURES = frozenset({"ray_local"})  # shard-server and Ray-cluster tests: by file name
 _MODEL_FIXTURES = frozenset(
     {"trained", "model_dir", "reranker", "onnx_reranker", "any_reranker", "model_variants_dir"}
 )
@@ -107,7 +107,7 @@ class DurationReport:
                 self.buckets[report.nodeid] = str(value)
 
     @pytest.hookimpl
-    def pytest_terminal_summary(self, terminalreporter) -> None:  # noqa: ANN001 (pytest's type)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.seconds:
             return
         wall = time.monotonic() - self.started

@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Every app the tests build in this process skips the start-up heap freeze (a full collection
 # of a heap that holds torch and the model, per app); ``ragline serve`` subprocesses keep it
-# (testkit.server.server_env drops RAGLINE_* variables), and test_heap_freeze tests it.
+# (testkit.server.server_env drops RAGLINE_* variables); test_foundation_api tests both settings.
 os.environ.setdefault("RAGLINE_API__FREEZE_HEAP", "false")
 
 # The suite's time report: every test's duration by bucket, the slowest, the total.
