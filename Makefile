@@ -30,8 +30,11 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# Two workers (pytest-xdist): one test file per unit of work, the files that must not share the
+# cores kept together on one worker (testkit/xdist_groups.py). WORKERS=0 runs in one process.
+WORKERS ?= 2
 test: lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile
 
 # The fast tier: no PostgreSQL, Ray, or model loaded, trained or exported (those tests carry
 # the integration mark, which tests/conftest.py enforces), nothing marked slow.

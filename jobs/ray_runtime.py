@@ -54,10 +54,17 @@ def quiet_known_notices() -> bool:
     return filter_stderr(HARMLESS_NOTICES)
 
 
+# Ray puts Unix sockets at <temp>/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store, and
+# a socket's path may not exceed 107 bytes (AF_UNIX).
+AF_UNIX_PATH_MAX = 107
+_RAY_SOCKET_SUFFIX = "/session_2026-12-07_06-44-01_607885_4194304/sockets/plasma_store"
+
+
 def ray_temp_dir(data_dir: Path) -> Path:
-    # Ray puts Unix sockets under its temp dir; long paths break them, so fall back to /tmp.
+    """Ray's temp dir under the data dir, or a short one in /tmp (named by the data dir's hash)
+    where the data dir's path would make Ray's socket paths too long."""
     path = (data_dir / "ray").resolve()
-    if len(str(path)) > 60:
+    if len(str(path)) + len(_RAY_SOCKET_SUFFIX) > AF_UNIX_PATH_MAX:
         path = Path("/tmp") / ("ragline-ray-" + hashlib.sha256(str(path).encode()).hexdigest()[:10])
     return path
 

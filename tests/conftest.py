@@ -3,6 +3,7 @@ database for each test, and the shared-data location."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAGLINE_API__FREEZE_HEAP", "false")
 
 # The suite's time report: every test's duration by bucket, the slowest, the total.
-pytest_plugins = ["testkit.durations"]
+# How make test splits the suite over two workers (pytest-xdist): testkit/xdist_groups.py.
+pytest_plugins = ["testkit.durations", "testkit.xdist_groups"]
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -92,7 +94,13 @@ def embedder():
 @pytest.fixture(scope="session")
 def onnx_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data dir's ``models/`` folder shared by the tests that run the ONNX exports (the fp32
-    export takes ~30 s and its int8 copy a few more, so each is made once per session)."""
+    export takes ~30 s and its int8 copy a few more, so each is made once per run). Under
+    pytest-xdist the workers share one folder in the run's base temp folder: an export is
+    published by an atomic rename and a concurrent twin is kept (index/onnx_export.py)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        models = tmp_path_factory.getbasetemp().parent / "onnx-data" / "models"
+        models.mkdir(parents=True, exist_ok=True)
+        return models
     models = tmp_path_factory.mktemp("onnx-data") / "models"
     models.mkdir()
     return models
@@ -100,15 +108,18 @@ def onnx_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def embedding_export(onnx_models: Path) -> Path:
-    """The bundled model's ONNX export, made once per session in ``onnx_models``: every
+    """The bundled model's ONNX export, made once per run in ``onnx_models``: every
     ``ragline serve`` subprocess and CLI test finds it through ``share_models`` instead of
-    exporting again (~20-30 s each). Tests of the export itself keep their own folders."""
+    exporting again (~20-30 s each). Tests of the export itself keep their own folders. A file
+    lock makes a second worker wait for the first one's export instead of making its own."""
     from core.settings import DEFAULT_EMBEDDING_MODEL
     from index.embedder import resolve_model_path
     from index.onnx_export import ensure_export, onnx_cache_dir
 
     out_dir = onnx_cache_dir(onnx_models.parent, DEFAULT_EMBEDDING_MODEL)
-    ensure_export(resolve_model_path(DEFAULT_EMBEDDING_MODEL), out_dir)
+    with (onnx_models.parent / "export.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_export(resolve_model_path(DEFAULT_EMBEDDING_MODEL), out_dir)
     return onnx_models
 
 
