@@ -38,16 +38,23 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "ray": ("tests/integration/jobs/",),
     "rerank": ("tests/unit/rerank/",),
 }
+# Files whose tests are units of their own: each is minutes of independent work (the reference
+# scores of one collection each), so the two can run at once.
+SPLIT = ("tests/integration/evaluation/test_eval_reference.py",)
 # Units handed out first, heaviest first (their time in docs/benchmarks.md, "The test suite's
-# own time"); the rest follow in collection order.
+# own time"): a group's name, or a file whose tests (SPLIT) come first. The rest follow in
+# collection order, so the last units are the many short unit-test files.
 FIRST = ("servers", "ray", "tests/integration/evaluation/test_eval_reference.py", "rerank")
 # A test that uses one of these fixtures must be in the named group (checked at collection).
 GROUP_FIXTURES = {"ray_local": "ray", "model_variants_dir": "ray", "trained": "rerank"}
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: its group's name, or else its file."""
+    """The unit of work a test belongs to: its group's name, the test (in a SPLIT file), or else
+    its file."""
     path = nodeid.split("::", 1)[0]
+    if path in SPLIT:
+        return nodeid
     for name, prefixes in GROUPS.items():
         if path.startswith(prefixes):
             return name
@@ -74,8 +81,8 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
             return unit_of(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            for unit in reversed(FIRST):
-                if unit in self.workqueue:
+            for first in reversed(FIRST):
+                for unit in [u for u in self.workqueue if u == first or u.startswith(first + "::")]:
                     self.workqueue.move_to_end(unit, last=False)
             super()._assign_work_unit(node)
 
