@@ -67,4 +67,9 @@ def skipped_lines(walked: Walked, roots: Sequence[Path]) -> list[str]:
             f"skipped {len(walked.unsupported)} files with an unsupported type"
             f" (supported: {' '.join(sorted(MIME_BY_SUFFIX))}): {_names(walked.unsupported, roots)}"
         )
+    if walked.links:
+        lines.append(
+            f"skipped {len(walked.links)} symbolic links (never followed: only files inside the folder"
+            f" are read): {_names(walked.links, roots)}"
+        )
     return lines
