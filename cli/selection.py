@@ -36,7 +36,7 @@ def file_filter(args: argparse.Namespace) -> FileFilter:
 def _names(paths: Sequence[Path], roots: Sequence[Path]) -> str:
     def name(path: Path) -> str:
         for root in roots:
-            if path.is_relative_to(root):
+            if path != root and path.is_relative_to(root):
                 rel = path.relative_to(root).as_posix()
                 return rel + "/" if path.is_dir() else rel
         return str(path)
