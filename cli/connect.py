@@ -2,9 +2,10 @@
 client, on the connector kit (``ragline_client.connector``).
 
 It walks a tree (PDF, HTML, Markdown, text; hidden files and dot-folders skipped, then
-``--include``/``--exclude`` globs), pushes files that are new or whose content changed,
-updates ACLs that alone changed, deletes documents whose files disappeared, and with
-``--watch`` syncs again on every change ``watchfiles`` reports. Its state (per file:
+``--include``/``--exclude`` globs; no symbolic link below the folder followed, and every
+read checked on the opened file: ``ragline_client.paths``), pushes files that are new or
+whose content changed, updates ACLs that alone changed, deletes documents whose files
+disappeared, and with ``--watch`` syncs again on every change ``watchfiles`` reports. Its state (per file:
 content hash and ACL) lives in the server's catalog under the connector's name, so a second
 run over an unchanged tree sends nothing and a restart resumes. The server records the
 connector as the owner of what it pushes: another folder's connector can neither delete nor
@@ -21,12 +22,14 @@ import hashlib
 import json
 import os
 import pwd
+import shutil
 import stat
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -38,6 +41,8 @@ from core.validation import acl_principal
 from ingest.files import MIME_BY_SUFFIX, FileFilter, Walked, walk
 from ragline_client import AclIn, Client, Connector, DocumentIn, FileDocument, Item, Listing, RaglineError
 from ragline_client.connector import Syncer, SyncReport
+from ragline_client.git_source import GitConnector
+from ragline_client.paths import OutsideRootError, open_beneath
 from ragline_client.sitemap import SitemapConnector, SitemapError
 
 # Files above this go as streamed uploads, not base64 inside a JSON batch (which grows them
@@ -143,10 +148,9 @@ class AclMap:
         return next((r for k, r in self._rules.items() if fnmatch.fnmatchcase(rel, k)), None)
 
 
-def posix_rule(path: Path) -> AclRule:
-    """Readers from the file's mode: its owner, its group when group-readable, everyone in
-    the tenant when world-readable."""
-    info = path.stat()
+def posix_rule(info: os.stat_result) -> AclRule:
+    """Readers from a file's mode (``os.fstat`` of the file read, never a link's target):
+    its owner, its group when group-readable, everyone in the tenant when world-readable."""
     principals = [f"user:{_name(pwd.getpwuid, info.st_uid)}"]
     if info.st_mode & stat.S_IRGRP:
         principals.append(f"group:{_name(grp.getgrgid, info.st_gid)}")
@@ -182,6 +186,7 @@ class FsConnector(Connector):
         self._files: dict[str, tuple[Path, str, AclRule]] = {}
         self.unmapped: list[str] = []
         self.walked = Walked()
+        self._spooled: Path | None = None
 
     def list_items(self, cursor: str | None) -> Listing:
         self._files.clear()
@@ -190,15 +195,19 @@ class FsConnector(Connector):
         self.walked = walk([self.root], self.selection)
         for path, rel in self.walked.found:
             external_id = self.id_prefix + rel
-            rule = self.acl_map.rule(rel) if self.acl_map is not None else posix_rule(path)
+            try:
+                with open_beneath(self.root, rel) as f:
+                    info, digest = os.fstat(f.fileno()), hashlib.file_digest(f, "sha256").hexdigest()
+            except OutsideRootError:
+                self.walked.links.append(path)  # made a link since the walk: skipped as one
+                continue
+            except OSError:
+                continue  # vanished between walk and read: the next run sees it gone
+            rule = self.acl_map.rule(rel) if self.acl_map is not None else posix_rule(info)
             if rule is None:
                 # Guessing readers would be wrong either way: the file fails on load, visibly,
                 # and is never recorded, so it is tried again once the map covers it.
                 self.unmapped.append(external_id)
-            try:
-                digest = _sha256(path)
-            except OSError:
-                continue  # vanished between walk and read: the next run sees it gone
             rule = rule or AclRule(acl=AclIn())
             self._files[external_id] = (path, rel, rule)
             items.append(Item(external_id=external_id, fingerprint=_fingerprint(digest, rule), acl=rule.acl))
@@ -210,16 +219,35 @@ class FsConnector(Connector):
         path, rel, rule = self._files[item.external_id]
         mime = MIME_BY_SUFFIX[path.suffix.lower()]
         meta = {"path": rel, **rule.metadata}
-        if path.stat().st_size > INLINE_MAX_BYTES:
-            return FileDocument(path, item.external_id, mime, item.acl, title=rule.title, metadata=meta)
+        with open_beneath(self.root, rel) as f:  # a link put in since the listing fails the item
+            if os.fstat(f.fileno()).st_size > INLINE_MAX_BYTES:
+                spool = self._spool(f, path.suffix)
+                return FileDocument(spool, item.external_id, mime, item.acl, title=rule.title, metadata=meta)
+            content = f.read()
         return DocumentIn(
             external_id=item.external_id,
             title=rule.title,
-            content_base64=base64.b64encode(path.read_bytes()).decode("ascii"),
+            content_base64=base64.b64encode(content).decode("ascii"),
             mime_type=mime,
             metadata=meta,
             acl=item.acl,
         )
+
+    def _spool(self, source: BinaryIO, suffix: str) -> Path:
+        """A copy of the opened file for the streamed upload, which opens a path: the copy is
+        ours, so nothing swapped in at the source between this check and that open is read.
+        One at a time (the kit uploads each file before it loads the next)."""
+        self.close()
+        handle, name = tempfile.mkstemp(prefix="ragline-fs-", suffix=suffix)
+        self._spooled = Path(name)
+        with os.fdopen(handle, "wb") as out:
+            shutil.copyfileobj(source, out, length=1024 * 1024)
+        return self._spooled
+
+    def close(self) -> None:
+        if self._spooled is not None:
+            self._spooled.unlink(missing_ok=True)
+            self._spooled = None
 
 
 def _fingerprint(digest: str, rule: AclRule) -> str:
@@ -230,11 +258,6 @@ def _fingerprint(digest: str, rule: AclRule) -> str:
         return f"sha256:{digest}"
     described = json.dumps([rule.title, dict(rule.metadata)], sort_keys=True, default=str)
     return f"sha256:{digest};desc:{hashlib.sha256(described.encode()).hexdigest()[:16]}"
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _state_name(kind: str, label: str, identity: str) -> str:
@@ -260,7 +283,10 @@ def _fs(args: argparse.Namespace) -> int:
         selection=file_filter(args),
         id_prefix=args.id_prefix,
     )
-    return _connect(args, connector, watch=args.path if args.watch else None)
+    try:
+        return _connect(args, connector, watch=args.path if args.watch else None)
+    finally:
+        connector.close()
 
 
 def _sitemap(args: argparse.Namespace) -> int:
@@ -312,6 +338,10 @@ def _sync_once(syncer: Syncer, *, as_json: bool) -> SyncReport:
         summary["skipped"] = connector.walked.skipped()
         for line in skipped_lines(connector.walked, [connector.root]):
             print(line, file=sys.stderr)
+    elif isinstance(connector, GitConnector):
+        summary["skipped"] = len(connector.skipped)
+        for path, why in sorted(connector.skipped.items()):
+            print(f"  skipped {path!r}: {why}", file=sys.stderr)
     if as_json:
         print(json.dumps(summary), flush=True)
     else:

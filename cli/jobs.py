@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "ingest",
         help="ingest files and folders as one job, with a progress bar",
         description="Ingest files and folders as one job. Who may read the documents must be said:"
-        " --acl, --public or --acl-map. Hidden files and dot-folders are skipped. Exit codes:"
+        " --acl, --public or --acl-map. Hidden files and dot-folders are skipped, and symbolic"
+        " links below a folder are never followed (nor a link named directly). Exit codes:"
         " 0 succeeded, 3 partially_failed (some documents failed: see `ragline jobs show`),"
         " 1 failed or cancelled, 2 invalid arguments (a missing path, no file to ingest).",
     )
@@ -109,8 +110,9 @@ def _items(args: argparse.Namespace) -> list[NewItem]:
                 title=entry.get("title"),
                 metadata={**meta, **entry.get("metadata", {})},
                 acl=acl,
+                # No link below the folder was walked, so this names the file itself.
                 payload_path=str(file.resolve()),
-                byte_size=file.stat().st_size,
+                byte_size=file.lstat().st_size,
             )
         )
     unreadable = [i.external_id for i in items if not i.acl.principals and not i.acl.public]

@@ -36,7 +36,7 @@ def file_filter(args: argparse.Namespace) -> FileFilter:
 def _names(paths: Sequence[Path], roots: Sequence[Path]) -> str:
     def name(path: Path) -> str:
         for root in roots:
-            if path.is_relative_to(root):
+            if path != root and path.is_relative_to(root):
                 rel = path.relative_to(root).as_posix()
                 return rel + "/" if path.is_dir() else rel
         return str(path)
@@ -66,5 +66,10 @@ def skipped_lines(walked: Walked, roots: Sequence[Path]) -> list[str]:
         lines.append(
             f"skipped {len(walked.unsupported)} files with an unsupported type"
             f" (supported: {' '.join(sorted(MIME_BY_SUFFIX))}): {_names(walked.unsupported, roots)}"
+        )
+    if walked.links:
+        lines.append(
+            f"skipped {len(walked.links)} symbolic links (never followed: only files inside the folder"
+            f" are read): {_names(walked.links, roots)}"
         )
     return lines

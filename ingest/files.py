@@ -67,10 +67,15 @@ class Walked:
     unsupported: list[Path] = field(default_factory=list)  # a type the server does not parse
     hidden: list[Path] = field(default_factory=list)  # dotfiles, and dot-folders not entered
     excluded: list[Path] = field(default_factory=list)  # an --exclude glob, or no --include glob
+    links: list[Path] = field(default_factory=list)  # symbolic links, never followed (ragline_client.paths)
 
     def skipped(self) -> dict[str, int]:
-        hidden, excluded, unsupported = len(self.hidden), len(self.excluded), len(self.unsupported)
-        return {"hidden": hidden, "excluded": excluded, "unsupported": unsupported}
+        return {
+            "hidden": len(self.hidden),
+            "excluded": len(self.excluded),
+            "unsupported": len(self.unsupported),
+            "symlinks": len(self.links),
+        }
 
 
 _DOT_COMPONENT = re.compile(r"(^|/)\.[^/]")
@@ -92,26 +97,38 @@ def _hidden(rel: str) -> bool:
 def walk(paths: Sequence[Path], selection: FileFilter | None = None) -> Walked:
     """Files under ``paths`` that ``selection`` takes and that have a supported suffix, with
     the id each gets (its path relative to the folder), and what was passed over and why. A
-    file named directly is always taken. Symlinked folders are not followed (no loops)."""
+    file named directly is always taken unless it is a symbolic link. Below a folder named
+    (which may itself be a link), no symbolic link is followed, to a file or a folder: each is
+    listed in ``links`` (``ragline_client.paths`` says why), and the reader opens what was
+    found with ``open_beneath``, so a link put in after the walk is refused too."""
     selection = selection or FileFilter()
     include, exclude = _spec(selection.include), _spec(selection.exclude)
     dot_include = _spec([p for p in selection.include if _DOT_COMPONENT.search(p)])
     out = Walked()
     for root in paths:
+        if root.is_symlink() and not root.is_dir():
+            out.links.append(root)  # a shell glob over a share names its links too
+            continue
         if root.is_file():
             out.found.append((root, root.name))
             continue
         taken: list[tuple[Path, str]] = []
         for dirpath, dirnames, filenames in os.walk(root):
             base = Path(dirpath)
+            # os.walk lists a linked folder in dirnames but never enters it (followlinks=False).
+            out.links.extend(base / d for d in sorted(dirnames) if (base / d).is_symlink())
+            dirnames[:] = [d for d in dirnames if not (base / d).is_symlink()]
             if dot_include is None:  # nothing can take a hidden file: do not even look inside
                 out.hidden.extend(base / d for d in sorted(dirnames) if d.startswith("."))
                 dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             for name in sorted(filenames):
                 file = base / name
                 rel = file.relative_to(root).as_posix()
+                if file.is_symlink():
+                    out.links.append(file)
+                    continue
                 if not file.is_file():
-                    continue  # a broken link, a socket
+                    continue  # a socket, a FIFO
                 if _hidden(rel) and (dot_include is None or not dot_include.match_file(rel)):
                     out.hidden.append(file)
                 elif (include is not None and not include.match_file(rel)) or (

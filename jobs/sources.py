@@ -10,6 +10,7 @@ from catalog import jobs as jobs_repo
 from catalog.jobs import ItemRow
 from core.errors import ParseError
 from core.records import SourceDocument
+from ragline_client.paths import OutsideRootError, open_unlinked
 
 
 def load_source(conn: psycopg.Connection, *, tenant_id: str, item: ItemRow) -> SourceDocument:
@@ -34,7 +35,12 @@ def load_source(conn: psycopg.Connection, *, tenant_id: str, item: ItemRow) -> S
 
 
 def read_path(path: Path) -> bytes:
+    """A staged or listed file: ``ragline ingest`` and uploads record ``resolve()``'s path, so
+    a symbolic link found in it now was put there since, and is refused, not followed."""
     try:
-        return path.read_bytes()
+        with open_unlinked(path) as f:
+            return f.read()
+    except OutsideRootError as exc:
+        raise ParseError(f"refused {path.name}: {exc.strerror}", code="outside_source") from exc
     except OSError as exc:
         raise ParseError(f"cannot read {path.name}: {exc.strerror}", code="source_unreadable") from exc

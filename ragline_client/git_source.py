@@ -10,6 +10,10 @@ a moved file keeps its external id. When that commit is not an ancestor of the n
 force-push rewrote history) or is gone, the run is a full resync: every id is its path again
 and whatever the new tree lacks is deleted.
 
+Only blobs are read, from the object store: a committed symbolic link (mode 120000) is
+never followed into the host and a tree entry whose path is not plain (``..``) is skipped;
+both are reported in ``GitConnector.skipped`` (``ragline_client.paths``).
+
 Readers come from a path -> rule lookup (the fs connector's ACL map) and optionally an
 owners lookup (CODEOWNERS): both are passed in, so the permission model stays the caller's.
 """
@@ -21,12 +25,13 @@ import hashlib
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ragline_client.connector import Connector, FileDocument, Item, Listing
 from ragline_client.models import AclIn, DocumentIn
+from ragline_client.paths import OutsideRootError, plain_parts
 
 # Larger blobs go as streamed uploads from a temporary file (the fs connector's limit).
 INLINE_MAX_BYTES = 1024 * 1024
@@ -75,6 +80,14 @@ class Change:
     old: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Tree:
+    """``GitRepo.tree``: path -> blob id of each file read, path -> why of each entry not."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
 class GitRepo:
     """A repository driven through the ``git`` CLI; ``GitRepo.open`` takes a path or a URL."""
 
@@ -115,17 +128,28 @@ class GitRepo:
         )
         return done.returncode == 0
 
-    def tree(self, commit: str) -> dict[str, str]:
-        """path -> blob id of every file at ``commit`` (submodules and symlinks left out)."""
-        files = {}
+    def tree(self, commit: str) -> Tree:
+        """The files at ``commit`` (submodules left out), and the entries never read: a
+        symbolic link (mode 120000, whose blob is a path on whatever host checks it out) and
+        a path that is not plain (a ``..`` entry, which ``git mktree`` accepts)."""
+        tree = Tree()
         for entry in self.git("ls-tree", "-r", "-z", "--full-tree", commit).split("\0"):
             if not entry:
                 continue
             meta, path = entry.split("\t", 1)
             mode, kind, blob = meta.split()
-            if kind == "blob" and mode != "120000":
-                files[path] = blob
-        return files
+            if kind != "blob":
+                continue
+            try:
+                plain_parts(path)
+            except OutsideRootError as exc:
+                tree.skipped[path] = str(exc.strerror)
+                continue
+            if mode == "120000":
+                tree.skipped[path] = "a symbolic link is never followed"
+            else:
+                tree.files[path] = blob
+        return tree
 
     def diff(self, old: str, new: str) -> list[Change]:
         fields = self.git("diff-tree", "-r", "-z", "-M", "--name-status", "--no-commit-id", old, new).split(
@@ -218,6 +242,7 @@ class GitConnector(Connector):
         self.commit = ""
         self.full_resync = False
         self.changes: dict[str, int] = {}
+        self.skipped: dict[str, str] = {}  # the last listing's entries never read: path -> why
         self._files: dict[str, tuple[str, str, PathRule | None]] = {}  # id -> path, blob, rule
         self._commits: dict[str, Commit] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -230,9 +255,9 @@ class GitConnector(Connector):
             raise GitError(f"{self.ref!r} names no commit in {self.repo.label}")
         self.commit, self._commits = new, None
         self.full_resync = cursor is not None and not self.repo.is_ancestor(cursor, new)
-        files = {
-            p: b for p, b in self.repo.tree(new).items() if Path(p).suffix.lower() in self.mime_by_suffix
-        }
+        tree = self.repo.tree(new)
+        self.skipped = tree.skipped
+        files = {p: b for p, b in tree.files.items() if Path(p).suffix.lower() in self.mime_by_suffix}
         ids = self._ids(cursor, new, set(files))
         self._files.clear()
         items = []

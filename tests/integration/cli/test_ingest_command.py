@@ -169,3 +169,33 @@ def test_resume_runs_a_cancelled_job_as_the_api_does(
     # Nothing left to run: refused, as the API answers 409.
     assert main(["jobs", "resume", str(job_id)]) == 1
     assert "has no items left to run" in capsys.readouterr().err
+
+
+def test_no_file_outside_the_folder_is_read_through_a_link(
+    cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], embedder: object
+) -> None:
+    marker = "PGPASSFILE-MARKER-51c2"
+    outside = tmp_path / "outside"
+    (outside / "keys").mkdir(parents=True)
+    (outside / "pgpass.txt").write_text(f"localhost:5432:*:ragline:{marker}\n")
+    (outside / "keys" / "id.md").write_text(f"# Key\n\n{marker}\n")
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "notes.md").write_text("# Notes\n\nmeeting notes")
+    (docs / "pgpass.txt").symlink_to(outside / "pgpass.txt")
+    (docs / "sub" / "twin.md").symlink_to(docs / "notes.md")  # inside: taken under its own path
+    (docs / "keys").symlink_to(outside / "keys", target_is_directory=True)
+    code = main(["ingest", str(docs), "--tenant", "acme", "--no-ray", "--public"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert _ingested(cli_env) == ["notes.md"]
+    assert "skipped 3 symbolic links (never followed" in err
+    assert "pgpass.txt" in err and "keys/" in err and "sub/twin.md" in err
+    with psycopg.connect(cli_env) as conn:
+        leaked = conn.execute("SELECT count(*) FROM chunks WHERE strpos(text, %s) > 0", (marker,)).fetchone()
+    assert leaked == (0,)
+    # A link the shell names (``ragline ingest docs/*``) is skipped too: nothing left to ingest.
+    code = main(["ingest", str(docs / "pgpass.txt"), "--tenant", "acme", "--no-ray", "--public"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no file to ingest" in err
+    assert f"are read): {docs / 'pgpass.txt'}\n" in err  # named by its own path, not "."

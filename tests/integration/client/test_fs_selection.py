@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from cli.connect import AclMap, FsConnector
@@ -57,7 +58,7 @@ def test_hidden_files_are_never_pushed_by_default(live_tenant: LiveServer, tmp_p
     report = Syncer(client, connector).run()
     assert report.pushed == 2
     assert sorted(client.connector_state("fs-hidden").documents) == ["drafts/plan.txt", "guide.md"]
-    assert connector.walked.skipped() == {"hidden": 4, "excluded": 0, "unsupported": 0}
+    assert connector.walked.skipped() == {"hidden": 4, "excluded": 0, "unsupported": 0, "symlinks": 0}
     assert all(SECRET not in r.text for r in reader.retrieve("DATABASE_PASSWORD").results)
     assert ".env.txt" not in _ids(reader, "database password")
 
@@ -66,7 +67,7 @@ def test_hidden_files_are_never_pushed_by_default(live_tenant: LiveServer, tmp_p
     again = Syncer(client, connector).run()
     assert (again.pushed, again.deleted) == (1, 1)  # .git/description.txt in, drafts/plan.txt out
     assert sorted(client.connector_state("fs-hidden").documents) == [".git/description.txt", "guide.md"]
-    assert connector.walked.skipped() == {"hidden": 3, "excluded": 1, "unsupported": 0}
+    assert connector.walked.skipped() == {"hidden": 3, "excluded": 1, "unsupported": 0, "symlinks": 0}
 
 
 def _cli(server: LiveServer, key: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -98,7 +99,7 @@ def test_cli_reports_skipped_files_and_acl_only_changes(live_tenant: LiveServer,
         "acl_updated": 0,
         "groups_synced": 0,
         "failed": 0,
-        "skipped": {"hidden": 4, "excluded": 1, "unsupported": 1},
+        "skipped": {"hidden": 4, "excluded": 1, "unsupported": 1, "symlinks": 0},
     }
     assert "skipped 4 hidden files and folders" in first.stderr
     assert ".env.txt" in first.stderr and ".git/" in first.stderr and "team/.cache/" in first.stderr
@@ -112,7 +113,8 @@ def test_cli_reports_skipped_files_and_acl_only_changes(live_tenant: LiveServer,
     rules.write_text(json.dumps({"*": {"public": True}}))
     text = _cli(live_tenant, key, *base)
     assert text.returncode == 0, text.stderr[-2000:]
-    assert "acl_updated 1" in text.stdout and "skipped 6 (hidden 4, excluded 1, unsupported 1)" in text.stdout
+    assert "acl_updated 1" in text.stdout
+    assert "skipped 6 (hidden 4, excluded 1, unsupported 1, symlinks 0)" in text.stdout
 
 
 def test_progress_counts_each_document_once(live_tenant: LiveServer, tmp_path: Path) -> None:
@@ -170,3 +172,57 @@ def test_a_document_pushed_without_readers_is_warned_about(live_tenant: LiveServ
     assert list(report.warnings) == ["locked.md"] and "no_readers" in report.warnings["locked.md"]
     direct = client.push([{"external_id": "x", "text": "No readers either."}])
     assert [(w.index, w.code) for w in direct.warnings] == [(0, "no_readers")]
+
+
+def _linked_share(tmp_path: Path, marker: str) -> Path:
+    """A share whose links lead out (a world-readable secret, a key folder, a dangling one)
+    and in (to a file the share holds anyway)."""
+    outside = tmp_path / "outside"
+    (outside / "keys").mkdir(parents=True)
+    (outside / "pgpass.txt").write_text(f"localhost:5432:*:ragline:{marker}\n")
+    (outside / "pgpass.txt").chmod(0o644)  # world-readable: --posix-acl would have made it public
+    (outside / "keys" / "id.md").write_text(f"# Key\n\n{marker}\n")
+    root = tmp_path / "share"
+    root.mkdir()
+    (root / "guide.md").write_text("# Guide\n\nThe onboarding guide explains the badge office hours.\n")
+    (root / "guide.md").chmod(0o644)
+    (root / "passwords.txt").symlink_to(outside / "pgpass.txt")
+    (root / "keys").symlink_to(outside / "keys", target_is_directory=True)
+    (root / "copy.md").symlink_to(root / "guide.md")
+    (root / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    return root
+
+
+def test_no_link_leads_the_connector_outside_its_folder(live_tenant: LiveServer, tmp_path: Path) -> None:
+    marker = "PGPASSFILE-MARKER-9d41"
+    root = _linked_share(tmp_path, marker)
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    reader = Client(live_tenant.url, live_tenant.key("query", principal="user:eve"))
+    connector = FsConnector(root, name="fs-links", acl_map=None)  # --posix-acl
+    report = Syncer(client, connector).run()
+    assert (report.pushed, report.failed) == (1, 0)
+    assert sorted(client.connector_state("fs-links").documents) == ["guide.md"]
+    assert sorted(p.name for p in connector.walked.links) == ["copy.md", "gone.md", "keys", "passwords.txt"]
+    assert all(marker not in r.text for r in reader.retrieve("ragline password localhost key").results)
+
+    # A file swapped for a link between the listing and the read fails alone, unread.
+    (root / "notes.md").write_text("# Notes\n\nMeeting notes about the badge office.\n")
+    syncer = Syncer(client, connector)
+    plan = syncer.plan()
+    (root / "notes.md").unlink()
+    (root / "notes.md").symlink_to(tmp_path / "outside" / "pgpass.txt")
+    swapped = syncer.apply(plan, lambda _docs, _chunks: None)
+    assert swapped.failed == 1 and "symbolic link" in swapped.errors["notes.md"]
+    with psycopg.connect(live_tenant.db_url) as conn:
+        leaked = conn.execute("SELECT count(*) FROM chunks WHERE strpos(text, %s) > 0", (marker,)).fetchone()
+    assert leaked == (0,)
+
+
+def test_cli_reports_the_links_it_skipped(live_tenant: LiveServer, tmp_path: Path) -> None:
+    root = _linked_share(tmp_path, "PGPASSFILE-MARKER-0b77")
+    run = _cli(live_tenant, live_tenant.key("ingest"), str(root), "--posix-acl", "--json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert summary["pushed"] == 1 and summary["skipped"]["symlinks"] == 4
+    assert "skipped 4 symbolic links (never followed" in run.stderr
+    assert all(name in run.stderr for name in ("copy.md", "gone.md", "keys/", "passwords.txt"))

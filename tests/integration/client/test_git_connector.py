@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from cli.connect import AclMap
@@ -304,3 +305,44 @@ def test_cli_connect_git_json(live_tenant: LiveServer, tmp_path: Path) -> None:
         [*cmd[:5], str(tmp_path / "nowhere"), *cmd[6:]], env=env, cwd=REPO, capture_output=True, text=True
     )
     assert gone.returncode == 2 and "error" in gone.stderr
+
+
+def test_committed_links_and_dotdot_entries_are_never_read(live_tenant: LiveServer, tmp_path: Path) -> None:
+    marker = "PGPASSFILE-MARKER-c0de"
+    secret = tmp_path / "outside" / "pgpass.md"
+    secret.parent.mkdir()
+    secret.write_text(f"# Passwords\n\nlocalhost:5432:*:ragline:{marker}\n")
+    work = make_repo(tmp_path / "work", {"guide.md": "# Guide\n\nBadge office hours are nine to five.\n"})
+    (work / "leak.md").symlink_to(secret)  # committed as mode 120000: a path on the host
+    (work / "rel.md").symlink_to(os.path.relpath(secret, work))
+    commit(work, "links")
+    # A tree entry named '..' (``git mktree`` accepts it): its file's path would be '../x.md'.
+    blob = _git_in(work, ["hash-object", "-w", "--stdin"], f"# X\n\n{marker}\n")
+    sub = _git_in(work, ["mktree"], f"100644 blob {blob}\tx.md\n")
+    entries = git(work, "ls-tree", "HEAD") + f"\n040000 tree {sub}\t..\n"
+    head = git(work, "commit-tree", _git_in(work, ["mktree"], entries), "-p", "HEAD", "-m", "dotdot")
+    git(work, "update-ref", "refs/heads/main", head)
+    (tmp_path / "map.json").write_text(json.dumps({"*": {"public": True}}))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": live_tenant.url}
+    env["RAGLINE_API_KEY"] = live_tenant.key("ingest")
+    argv = ["connect", "git", str(work), "--acl-map", str(tmp_path / "map.json"), "--name", "git-links"]
+    argv += ["--tenant", live_tenant.tenant, "--json", "--cache-dir", str(tmp_path / "cache")]
+    cmd = [sys.executable, "-m", "cli.main", *argv]
+    run = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=180, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (summary["pushed"], summary["skipped"]) == (1, 3)
+    assert "skipped '../x.md'" in run.stderr and "'leak.md': a symbolic link is never followed" in run.stderr
+    assert "'rel.md': a symbolic link" in run.stderr
+    client = Client(live_tenant.url, live_tenant.key("ingest"))
+    assert sorted(client.connector_state("git-links").documents) == ["guide.md"]
+    with psycopg.connect(live_tenant.db_url) as conn:
+        leaked = conn.execute("SELECT count(*) FROM chunks WHERE strpos(text, %s) > 0", (marker,)).fetchone()
+    assert leaked == (0,)
+
+
+def _git_in(repo: Path, args: list[str], stdin: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()

@@ -36,7 +36,7 @@ def test_hidden_files_and_dot_folders_are_skipped(tmp_path: Path) -> None:
         ".hidden.md",
         "x/.cache",
     ]
-    assert walked.skipped() == {"hidden": 4, "excluded": 0, "unsupported": 1}
+    assert walked.skipped() == {"hidden": 4, "excluded": 0, "unsupported": 1, "symlinks": 0}
 
 
 def test_include_exclude_and_naming_a_dot_component(tmp_path: Path) -> None:
@@ -65,3 +65,32 @@ def test_symlinked_folders_are_not_followed(tmp_path: Path) -> None:
 def test_an_invalid_glob_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="invalid glob"):
         FileFilter(include=("[z-a]",))
+
+
+def test_no_symlink_below_the_folder_is_taken_and_each_is_listed(tmp_path: Path) -> None:
+    outside = _tree(tmp_path / "outside", "secret.md", "keys/id.txt")
+    root = _tree(tmp_path / "r", "a.md", "sub/b.md")
+    os.symlink(outside / "secret.md", root / "leak.md")  # a file outside
+    os.symlink(root / "a.md", root / "sub" / "again.md")  # a file inside: its own path is taken
+    os.symlink(tmp_path / "nowhere.md", root / "dangling.md")
+    os.symlink(outside / "keys", root / "keys")  # a folder outside
+    walked = walk([root])
+    assert _ids(walked.found) == ["a.md", "sub/b.md"]
+    assert sorted(p.relative_to(root).as_posix() for p in walked.links) == [
+        "dangling.md",
+        "keys",
+        "leak.md",
+        "sub/again.md",
+    ]
+    assert walked.skipped()["symlinks"] == 4
+
+
+def test_a_link_named_directly_is_skipped_but_a_linked_folder_is_a_root(tmp_path: Path) -> None:
+    outside = _tree(tmp_path / "outside", "secret.md")
+    share = _tree(tmp_path / "share", "a.md")
+    os.symlink(outside / "secret.md", share / "leak.md")
+    # ``ragline ingest share/*``: the shell names the link itself.
+    walked = walk(sorted(share.iterdir()))
+    assert _ids(walked.found) == ["a.md"] and walked.links == [share / "leak.md"]
+    os.symlink(share, tmp_path / "alias")  # the operator's own link to the folder: the root
+    assert _ids(walk([tmp_path / "alias"]).found) == ["a.md"]
