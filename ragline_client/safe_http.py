@@ -60,7 +60,7 @@ class HostRule:
                 parsed = httpx.URL(f"http://{entry.strip()}/")
             except httpx.InvalidURL as exc:
                 raise ValueError(f"allowed host {entry!r}: {exc}") from exc
-            if not parsed.host or parsed.path != "/" or parsed.userinfo or parsed.query:
+            if not parsed.host or "%" in parsed.host or parsed.path != "/" or parsed.userinfo or parsed.query:
                 raise ValueError(f"allowed host {entry!r} is not a host or host:port")
             extra.add((_host(parsed), parsed.port))
         try:

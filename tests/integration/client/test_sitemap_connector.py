@@ -169,3 +169,10 @@ def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(
     # Readers must be named: neither --acl nor --public is an error before anything is fetched.
     bare = subprocess.run(argv, env=env, cwd=repo, capture_output=True, text=True, timeout=60, check=False)
     assert bare.returncode == 2 and "one of the arguments --acl --public is required" in bare.stderr
+    # Without --allow-network the loopback site is refused before any request reaches it.
+    site.hits.clear()
+    refused = subprocess.run(
+        [*argv[:-2], "--public"], env=env, cwd=repo, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode == 2 and "127.0.0.1 is a loopback address" in refused.stderr, refused.stderr
+    assert not site.hits
