@@ -28,6 +28,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# RFC 6052's well-known NAT64 prefix: the last 32 bits are the IPv4 address reached.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 
 class FetchRefused(ValueError):
@@ -98,11 +100,13 @@ def networks(values: Iterable[str | IPNetwork]) -> tuple[IPNetwork, ...]:
 def address_refusal(address: IPAddress, allowed: tuple[IPNetwork, ...]) -> str | None:
     """Why connecting to ``address`` is refused, or ``None``: anything but a global unicast
     address, unless an allowed network holds it. An IPv4 address embedded in IPv6
-    (IPv4-mapped, 6to4, Teredo) is judged as that IPv4 address too."""
+    (IPv4-mapped, 6to4, Teredo, NAT64) is judged as that IPv4 address too."""
     if any(address.version == net.version and address in net for net in allowed):
         return None
     if isinstance(address, ipaddress.IPv6Address):
         embedded = address.ipv4_mapped or address.sixtofour or (address.teredo or (None, None))[1]
+        if embedded is None and address in _NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         if embedded is not None:
             inner = address_refusal(embedded, allowed)
             if inner is not None:

@@ -125,6 +125,8 @@ def test_a_loopback_address_in_any_spelling_is_refused_unless_allowed(
         ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped
         ("::ffff:169.254.169.254", "link-local"),
         ("2002:a01:203::1", "private"),  # 6to4 around 10.1.2.3
+        ("64:ff9b::a9fe:a9fe", "link-local"),  # NAT64 to 169.254.169.254
+        ("::127.0.0.1", "reserved"),  # IPv4-compatible (deprecated)
     ],
 )
 def test_non_global_addresses_are_refused_with_their_kind(address: str, kind: str) -> None:
