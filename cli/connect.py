@@ -19,6 +19,7 @@ import base64
 import fnmatch
 import grp
 import hashlib
+import ipaddress
 import json
 import os
 import pwd
@@ -93,6 +94,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     readers = site.add_mutually_exclusive_group(required=True)
     readers.add_argument("--acl", help="comma-separated readers of every page, e.g. group:eng,user:bob")
     readers.add_argument("--public", action="store_true", help="every page readable by the whole tenant")
+    site.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="a host besides the sitemap's own that its entries and redirects may name (repeatable)",
+    )
+    site.add_argument(
+        "--allow-network",
+        action="append",
+        default=[],
+        type=ipaddress.ip_network,
+        metavar="CIDR",
+        help="a private, loopback or other non-global network the fetches may reach, e.g. an"
+        " intranet site's 10.1.0.0/16 (repeatable; default: global addresses only)",
+    )
     _common(site, "sitemap-<host>-<hash>")
     site.set_defaults(handler=_sitemap)
 
@@ -294,10 +311,18 @@ def _sitemap(args: argparse.Namespace) -> int:
     if not args.public and not principals:
         raise InvalidInputError("--acl names no reader")
     name = args.name or _state_name("sitemap", httpx.URL(args.sitemap_url).host, args.sitemap_url)
-    with httpx.Client(timeout=30.0, follow_redirects=True) as http:
-        connector = SitemapConnector(
-            args.sitemap_url, name=name, acl=AclIn(principals=principals, public=args.public), http=http
-        )
+    with httpx.Client(timeout=30.0) as http:
+        try:
+            connector = SitemapConnector(
+                args.sitemap_url,
+                name=name,
+                acl=AclIn(principals=principals, public=args.public),
+                http=http,
+                allow_hosts=args.allow_host,
+                allow_networks=args.allow_network,
+            )
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
         return _connect(args, connector, watch=None)
 
 

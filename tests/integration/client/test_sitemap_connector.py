@@ -10,10 +10,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -21,62 +18,23 @@ import pytest
 
 from ragline_client import AclIn, Client, Syncer
 from ragline_client.sitemap import SitemapConnector, SitemapError
+from testkit.site import StaticSite
 from tests.integration.client.conftest import LiveServer
 
 pytestmark = pytest.mark.integration
 
 
-class Site:
-    """Pages by path as (content type, body); counts the GETs of each path."""
-
-    def __init__(self) -> None:
-        self.pages: dict[str, tuple[str, bytes]] = {}
-        self.hits: Counter[str] = Counter()
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                site.hits[self.path] += 1
-                if self.path not in site.pages:
-                    self.send_error(404)
-                    return
-                ctype, body = site.pages[self.path]
-                self.send_response(200)
-                self.send_header("content-type", ctype)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def sitemap(self, entries: dict[str, str | None]) -> None:
-        urls = "".join(
-            f"<url><loc>{self.url}{path}</loc>" + (f"<lastmod>{mod}</lastmod>" if mod else "") + "</url>"
-            for path, mod in entries.items()
-        )
-        body = f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>'
-        self.pages["/pages.xml"] = ("application/xml", body.encode())
-        index = (
-            '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-            f"<sitemap><loc>{self.url}/pages.xml</loc></sitemap></sitemapindex>"
-        )
-        self.pages["/sitemap.xml"] = ("application/xml", index.encode())
+# The site runs on loopback, which the connector refuses unless the operator allows it.
+LOOPBACK = ["127.0.0.0/8"]
 
 
 @pytest.fixture
-def site() -> Iterator[Site]:
-    s = Site()
-    threading.Thread(target=s.server.serve_forever, daemon=True).start()
-    yield s
-    s.server.shutdown()
-    s.server.server_close()
+def site() -> Iterator[StaticSite]:
+    with StaticSite() as s:
+        yield s
 
 
-def test_sitemap_sync(live_tenant: LiveServer, site: Site) -> None:
+def test_sitemap_sync(live_tenant: LiveServer, site: StaticSite) -> None:
     site.pages["/vpn.html"] = (
         "text/html",
         b"<h1>VPN</h1><p>Install the wireguard profile from the portal.</p>",
@@ -88,7 +46,7 @@ def test_sitemap_sync(live_tenant: LiveServer, site: Site) -> None:
     reader = Client(live_tenant.url, live_tenant.key("query", principal="user:zed"))
     with httpx.Client() as http:
         connector = SitemapConnector(
-            f"{site.url}/sitemap.xml", name="site", acl=AclIn(public=True), http=http
+            f"{site.url}/sitemap.xml", name="site", acl=AclIn(public=True), http=http, allow_networks=LOOPBACK
         )
         first = Syncer(client, connector).run().summary()
         assert (first["pushed"], first["unchanged"], first["deleted"], first["failed"]) == (3, 0, 0, 0)
@@ -118,7 +76,7 @@ def test_sitemap_sync(live_tenant: LiveServer, site: Site) -> None:
             Syncer(client, connector).run()
 
 
-def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_tenant: LiveServer, site: Site) -> None:
+def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_tenant: LiveServer, site: StaticSite) -> None:
     site.pages["/ok.html"] = ("text/html", b"<p>The badge office opens at nine on weekdays.</p>")
     site.pages["/flaky.txt"] = ("text/plain", b"The flaky page about printer toner.")
     # /gone.html (lastmod) and /missing.txt (no lastmod: fetched while listing) answer 404.
@@ -128,7 +86,11 @@ def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_tenant: LiveServe
     client = Client(live_tenant.url, live_tenant.key("ingest"))
     with httpx.Client() as http:
         connector = SitemapConnector(
-            f"{site.url}/sitemap.xml", name="site-404", acl=AclIn(public=True), http=http
+            f"{site.url}/sitemap.xml",
+            name="site-404",
+            acl=AclIn(public=True),
+            http=http,
+            allow_networks=LOOPBACK,
         )
         report = Syncer(client, connector).run()
         assert (report.pushed, report.failed) == (2, 2)
@@ -161,7 +123,9 @@ def test_a_page_that_fails_is_counted_and_the_run_goes_on(live_tenant: LiveServe
         assert f"{site.url}/flaky.txt" in client.connector_state("site-404").documents
 
 
-def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(live_tenant: LiveServer, site: Site) -> None:
+def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(
+    live_tenant: LiveServer, site: StaticSite
+) -> None:
     repo = Path(__file__).resolve().parents[3]
     site.pages["/ok.html"] = ("text/html", b"<p>The badge office opens at nine on weekdays.</p>")
     site.sitemap({"/ok.html": "2026-01-01", "/gone.html": "2026-01-01"})
@@ -180,6 +144,8 @@ def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(live_tenant: LiveSe
         f"{site.url}/sitemap.xml",
         "--tenant",
         live_tenant.tenant,
+        "--allow-network",
+        "127.0.0.0/8",
     ]
     run = subprocess.run(
         [*argv, "--public", "--json"],
@@ -203,3 +169,10 @@ def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(live_tenant: LiveSe
     # Readers must be named: neither --acl nor --public is an error before anything is fetched.
     bare = subprocess.run(argv, env=env, cwd=repo, capture_output=True, text=True, timeout=60, check=False)
     assert bare.returncode == 2 and "one of the arguments --acl --public is required" in bare.stderr
+    # Without --allow-network the loopback site is refused before any request reaches it.
+    site.hits.clear()
+    refused = subprocess.run(
+        [*argv[:-2], "--public"], env=env, cwd=repo, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert refused.returncode == 2 and "127.0.0.1 is a loopback address" in refused.stderr, refused.stderr
+    assert not site.hits
