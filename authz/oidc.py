@@ -103,10 +103,6 @@ class JwtAuthenticator:
         self._refresher.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def jwks_fetches(self, issuer: str) -> int:
-        """How many JWKS fetches ``issuer``'s keys have started."""
-        return self._jwks[issuer].fetches
-
     def issuer_of(self, token: str) -> Issuer | None:
         """The configured issuer a bearer names if it is a JWT (unverified: only to choose
         how to check it); None for anything else, which is then an API key."""

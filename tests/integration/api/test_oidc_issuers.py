@@ -22,7 +22,9 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.services import ingest_hook, search_hook
+from authz.jwks import Jwks
 from catalog import principals as principals_repo
+from core.errors import AuthenticationError, UnavailableError
 from testkit.server import app_in_thread
 from tests.integration.api.conftest import full_settings, make_key, push_and_wait, serving_client
 from tests.integration.api.oidc_idp import Idp, issuer_config
@@ -141,3 +143,23 @@ def test_a_slow_identity_provider_stalls_no_other_tenant(
     assert during < max(10 * baseline, 1.5), (during, baseline)
     # Sixty-four forged kids: at most the start-up fetch and one refetch, not one each.
     assert slow.hits - fetches <= 2
+
+
+def test_keys_are_fetched_once_per_interval_and_waited_for_by_one_request(idps: dict[str, Idp]) -> None:
+    slow = idps["partner"]
+    slow.delay_s = 2.0
+    with ThreadPoolExecutor(1) as executor:
+        jwks = Jwks(slow.jwks_url, executor, timeout_s=5, cache_s=300, min_refresh_s=30, wait_s=0.1)
+        started = time.monotonic()
+        with pytest.raises(UnavailableError, match="being fetched"):
+            jwks.key("k1")  # it started the fetch: waits its 0.1 s, not the provider's 2 s
+        with pytest.raises(UnavailableError, match="being fetched"):
+            jwks.key("k1")  # a fetch is pending: refused at once, no second fetch
+        assert time.monotonic() - started < 1.5 and jwks.fetches == 1
+        time.sleep(2.5)  # the fetch lands in the background
+        assert jwks.key("k1")["kid"] == "k1"
+        for n in range(20):  # forged kids inside the interval: no fetch at all
+            with pytest.raises(AuthenticationError, match="does not publish"):
+                jwks.key(f"forged-{n}")
+        jwks.refresh_if_stale()  # fresh: nothing to do
+        assert jwks.fetches == 1 and slow.hits == 1
