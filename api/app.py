@@ -95,6 +95,8 @@ def _lifespan(
         app.state.read_pool = pools.read
         app.state.auth = key_authenticator(settings, pools)
         app.state.jwt_auth = jwt_authenticator(settings.oidc)
+        if app.state.jwt_auth is not None:
+            app.state.jwt_auth.start()  # keys fetched in the background, never on a request
         probe = ChangeVisibilityProbe(app.state.read_pool)
         probe.start()
         app.state.observer = RetrieveObserver(
@@ -116,6 +118,8 @@ def _lifespan(
             for close in reversed(closers):
                 close()
             probe.close()
+            if app.state.jwt_auth is not None:
+                app.state.jwt_auth.close()
             pools.close()
 
     return lifespan

@@ -49,7 +49,8 @@ def verify_token(token: str, stored_hash: bytes) -> bool:
 
 
 def validate_principal_id(principal_id: str) -> str:
-    """``principal_id`` if it is ``user:<id>`` or ``service:<id>`` (full match: no newline)."""
+    """``principal_id`` if it is ``user:<id>``, ``service:<id>`` or an identity provider's
+    ``user:<issuer>:<id>`` (full match: no newline)."""
     return validation.principal_id(principal_id)
 
 
@@ -71,7 +72,8 @@ def create_key(
     bad = [r for r in roles if r not in ROLES]
     if bad or not roles:
         raise InvalidInputError(f"roles must be a non-empty subset of {ROLES}, got {roles}")
-    principal = validate_principal_id(principal_id or f"service:{tenant_id}-{roles[0]}")
+    # Never an identity provider's user: a key cannot become one issuer's subject.
+    principal = validation.key_principal_id(principal_id or f"service:{tenant_id}-{roles[0]}")
     key_id = secrets.token_hex(6)
     token = f"rl_{key_id}_{secrets.token_urlsafe(32)}"
     granted = sorted(set(roles))

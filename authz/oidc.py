@@ -3,7 +3,15 @@
 A token is checked with PyJWT against its issuer's JWKS: the signature with a key the issuer
 publishes (asymmetric algorithms only, the algorithm bound to the key's type, never ``none``),
 then ``iss``, ``aud``, ``exp`` and ``nbf`` with a small leeway. Its claims give the tenant,
-the principal (``user:<sub>``), groups and the issuer's configured roles.
+the principal, groups and the issuer's configured roles.
+
+Principals and groups are the issuer's own: ``user:<namespace>:<sub>`` and
+``group:<namespace>:<name>``. The ``:`` after the namespace keeps them apart from every API
+key's principal (a key's id has none) and the namespace from every other issuer's, so a
+partner provider's ``alice`` is not the ``alice`` of the company directory, nor an
+administrator key's ``user:alice``. An operator maps an issuer onto the shared names
+(``user:<sub>``, ``group:<name>``) only explicitly (``map_subjects``, ``map_groups``), for
+the provider that is the directory of record of those users.
 
 Groups come from the token on every request, joined with the catalog's groups of the
 principal when a search reads them (``KeyAuthenticator.with_current_groups``). They are not
@@ -19,26 +27,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
-import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import jwt
 
+from authz.jwks import KEY_TYPES, Jwks, JwksRefresher
 from authz.principals import Principal
 from core import validation
-from core.errors import AuthenticationError, InvalidInputError, UnavailableError
+from core.errors import AuthenticationError, InvalidInputError
 
 log = logging.getLogger(__name__)
 
-# The key types each algorithm family verifies with; an ``oct`` (shared secret) key never
-# verifies anything, so a public JWKS cannot be turned into an HMAC secret.
-_KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-_MAX_JWKS_BYTES = 1 << 20
+_SUBJECT = re.compile(r"[A-Za-z0-9_.@+-]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,74 +58,16 @@ class Issuer:
     groups_claim: str | None
     roles: frozenset[str]
     algorithms: tuple[str, ...]
-
-
-class Jwks:
-    """An issuer's published keys: fetched with a bounded timeout and cached ``cache_s``; an
-    unknown ``kid`` (a rotation) refetches them. Fetch attempts, failed ones included, are at
-    least ``min_refresh_s`` apart, so neither forged kids nor a dead provider turn requests
-    into fetches (or into a queue of timeouts)."""
-
-    def __init__(self, url: str, *, timeout_s: float, cache_s: float, min_refresh_s: float) -> None:
-        self._url = url
-        self._timeout = httpx.Timeout(timeout_s)
-        self._cache_s = cache_s
-        self._min_refresh_s = min_refresh_s
-        self._keys: dict[str | None, dict[str, Any]] = {}
-        self._fetched_at: float | None = None
-        self._tried_at: float | None = None
-        self._lock = threading.Lock()
-
-    def key(self, kid: str | None) -> dict[str, Any]:
-        with self._lock:  # one fetch at a time: concurrent misses wait for it
-            now = time.monotonic()
-            stale = self._fetched_at is None or now - self._fetched_at >= self._cache_s
-            may_fetch = self._tried_at is None or now - self._tried_at >= self._min_refresh_s
-            if (stale or self._find(kid) is None) and may_fetch:
-                self._refresh(now)
-            if not self._keys:
-                raise UnavailableError("the identity provider's keys are unavailable")
-            found = self._find(kid)
-        if found is None:
-            raise AuthenticationError("token signed with a key its issuer does not publish")
-        return found
-
-    def _find(self, kid: str | None) -> dict[str, Any] | None:
-        found = self._keys.get(kid)
-        if found is None and kid is None and len(self._keys) == 1:
-            found = next(iter(self._keys.values()))
-        return found
-
-    def _refresh(self, now: float) -> None:
-        self._tried_at = now
-        try:
-            keys = self._fetch()
-        except (httpx.HTTPError, ValueError) as exc:
-            # Cached keys stay in use; with none, the caller answers 503.
-            log.warning("JWKS fetch from %s failed: %s", self._url, exc)
-            return
-        self._keys, self._fetched_at = keys, now
-
-    def _fetch(self) -> dict[str | None, dict[str, Any]]:
-        with httpx.stream("GET", self._url, timeout=self._timeout, follow_redirects=False) as response:
-            response.raise_for_status()
-            body = b""
-            for part in response.iter_bytes():
-                body += part
-                if len(body) > _MAX_JWKS_BYTES:
-                    raise ValueError("JWKS document too large")
-        data = httpx.Response(200, content=body).json()
-        if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
-            raise ValueError("not a JWKS document")
-        public = set(_KEY_TYPES.values())
-        keys = {k.get("kid"): k for k in data["keys"] if isinstance(k, dict) and k.get("kty") in public}
-        if not keys:
-            raise ValueError("JWKS has no usable public key")
-        return keys
+    # Principals ``user:<namespace>:<sub>`` and groups ``group:<namespace>:<name>``, unless
+    # mapped: then ``user:<sub>`` and ``group:<name>``, the names keys and the catalog use.
+    namespace: str
+    map_subjects: bool = False
+    map_groups: bool = False
 
 
 class JwtAuthenticator:
-    """Verifies JWTs of the configured issuers; ``issuer_of`` says whether a bearer is one."""
+    """Verifies JWTs of the configured issuers; ``issuer_of`` says whether a bearer is one.
+    ``start()`` begins fetching keys in the background (``authz.jwks``), ``close()`` stops."""
 
     def __init__(
         self,
@@ -131,13 +77,31 @@ class JwtAuthenticator:
         timeout_s: float,
         cache_s: float,
         min_refresh_s: float,
+        wait_s: float = 0.5,
     ) -> None:
         self._issuers = {i.issuer: i for i in issuers}
+        # One worker per issuer: each has at most one fetch in flight, none waits on another's.
+        self._executor = ThreadPoolExecutor(max_workers=max(1, len(issuers)), thread_name_prefix="jwks")
         self._jwks = {
-            i.issuer: Jwks(i.jwks_url, timeout_s=timeout_s, cache_s=cache_s, min_refresh_s=min_refresh_s)
+            i.issuer: Jwks(
+                i.jwks_url,
+                self._executor,
+                timeout_s=timeout_s,
+                cache_s=cache_s,
+                min_refresh_s=min_refresh_s,
+                wait_s=wait_s,
+            )
             for i in issuers
         }
+        self._refresher = JwksRefresher(list(self._jwks.values()), settle_s=wait_s)
         self._leeway = leeway_s
+
+    def start(self) -> None:
+        self._refresher.start()
+
+    def close(self) -> None:
+        self._refresher.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def issuer_of(self, token: str) -> Issuer | None:
         """The configured issuer a bearer names if it is a JWT (unverified: only to choose
@@ -165,7 +129,7 @@ class JwtAuthenticator:
             if alg not in issuer.algorithms:
                 raise AuthenticationError(f"token algorithm {alg!r} is not allowed for its issuer")
             jwk = self._jwks[issuer.issuer].key(header.get("kid"))
-            if jwk.get("kty") != _KEY_TYPES.get(str(alg)[:2]) or jwk.get("alg", alg) != alg:
+            if jwk.get("kty") != KEY_TYPES.get(str(alg)[:2]) or jwk.get("alg", alg) != alg:
                 raise AuthenticationError("token algorithm does not match its signing key")
             key = jwt.PyJWK(jwk, algorithm=alg)
             return jwt.decode(
@@ -190,8 +154,11 @@ def _principal(claims: Mapping[str, Any], issuer: Issuer) -> Principal:
     subject = claims.get(issuer.principal_claim)
     if not isinstance(subject, str | int) or isinstance(subject, bool):
         raise InvalidInputError(f"claim {issuer.principal_claim!r} is missing")
-    principal = validation.principal_id(f"user:{subject}")
-    groups = _groups(claims, issuer.groups_claim)
+    if not _SUBJECT.fullmatch(str(subject)):
+        raise InvalidInputError(f"claim {issuer.principal_claim!r} cannot be a principal id")
+    space = "" if issuer.map_subjects else f"{issuer.namespace}:"
+    principal = validation.principal_id(f"user:{space}{subject}")
+    groups = _groups(claims, issuer.groups_claim, None if issuer.map_groups else issuer.namespace)
     return Principal(
         tenant_id=tenant,
         principal_id=principal,
@@ -203,16 +170,21 @@ def _principal(claims: Mapping[str, Any], issuer: Issuer) -> Principal:
     )
 
 
-def _groups(claims: Mapping[str, Any], claim: str | None) -> tuple[str, ...]:
-    """``group:<name>`` for each value of the claim; values that cannot be a group are
+def _groups(claims: Mapping[str, Any], claim: str | None, namespace: str | None) -> tuple[str, ...]:
+    """``group:<namespace>:<name>`` (``group:<name>`` without a namespace) for each value of
+    the claim, a leading ``group:`` in the value ignored; values that cannot be a group are
     dropped (fewer groups only ever grant less)."""
     raw = claims.get(claim) if claim else None
     values = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    space = f"{namespace}:" if namespace else ""
     groups = []
     for value in values:
         if not isinstance(value, str):
             continue
-        name = value if value.startswith("group:") else f"group:{value}"
+        bare = value.removeprefix("group:")
+        if not bare:
+            continue
+        name = f"group:{space}{bare}"
         try:
             groups.append(validation.group_id(name))
         except InvalidInputError:

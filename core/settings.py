@@ -7,6 +7,7 @@ whole object: the app factory and the CLI pick the fields each collaborator need
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -307,6 +308,7 @@ class ReembedSettings(Section):
 # Signature algorithms an issuer may use: asymmetric only. An HMAC algorithm would let anyone
 # holding the (public) verification key sign tokens, and ``none`` signs nothing.
 OIDC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+OIDC_NAMESPACE = r"^[a-z0-9][a-z0-9-]{0,31}$"
 
 
 def _query_role() -> list[Literal["ingest", "query", "admin"]]:
@@ -321,8 +323,16 @@ class OidcIssuer(Section):
     audience: str | list[str]  # ``aud`` must contain (one of) these
     tenant: str | None = None  # every token of this issuer belongs to this tenant ...
     tenant_claim: str | None = None  # ... or the tenant is this claim's value
-    principal_claim: str = "sub"  # principal ``user:<value>``
-    groups_claim: str | None = None  # values ``group:<name>``, or bare names given the prefix
+    principal_claim: str = "sub"  # principal ``user:<namespace>:<value>``
+    groups_claim: str | None = None  # values ``group:<namespace>:<name>``
+    # Names this issuer's principals and groups, apart from API keys' and other issuers'; by
+    # default ``iss-`` and 8 hex digits of the issuer's sha256 (stable, never empty).
+    namespace: str | None = Field(None, pattern=OIDC_NAMESPACE)
+    # Opt in, for the issuer that is the directory of record of these users: subjects become
+    # ``user:<value>`` (the principals API keys, groups and ACLs already name) ...
+    map_subjects: bool = False
+    # ... and group claims ``group:<name>`` (the catalog's and the ACLs' groups).
+    map_groups: bool = False
     roles: list[Literal["ingest", "query", "admin"]] = Field(default_factory=_query_role, min_length=1)
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
 
@@ -339,6 +349,8 @@ class OidcIssuer(Section):
             raise ValueError(
                 f"OIDC issuer {self.issuer!r}: algorithms {bad} not allowed, only {OIDC_ALGORITHMS}"
             )
+        if self.namespace is None:
+            self.namespace = "iss-" + hashlib.sha256(self.issuer.encode()).hexdigest()[:8]
         return self
 
 
@@ -352,12 +364,20 @@ class OidcSettings(Section):
     # An unknown ``kid`` refetches the JWKS at most this often per issuer (a forged kid
     # cannot turn requests into fetches).
     jwks_min_refresh_s: float = Field(30.0, ge=0.0, le=3600.0)
+    # Keys are fetched off the request path (at start, every jwks_cache_s, and for an unknown
+    # kid). Start-up waits at most this long for the first keys; the request whose unknown kid
+    # started a refetch waits at most this long for it; requests arriving while a fetch is
+    # pending are refused at once (503).
+    jwks_wait_s: float = Field(0.5, ge=0.0, le=5.0)
 
     @model_validator(mode="after")
     def _distinct_issuers(self) -> OidcSettings:
         names = [i.issuer for i in self.issuers]
         if len(names) != len(set(names)):
             raise ValueError("RAGLINE_OIDC__ISSUERS lists an issuer twice")
+        spaces = [i.namespace for i in self.issuers]
+        if len(spaces) != len(set(spaces)):
+            raise ValueError("RAGLINE_OIDC__ISSUERS gives two issuers one namespace")
         return self
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "external_id",
     "filter_instant",
     "group_id",
+    "key_principal_id",
     "metadata_pair",
     "no_nul",
     "parse_json",
@@ -62,6 +63,10 @@ def group_id(value: str) -> str:
 
 def principal_id(value: str) -> str:
     return _checked(lambda: rules.principal_id(value))
+
+
+def key_principal_id(value: str) -> str:
+    return _checked(lambda: rules.key_principal_id(value))
 
 
 def external_id(value: str) -> str:

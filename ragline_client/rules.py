@@ -30,6 +30,9 @@ ACL_PRINCIPAL = re.compile(r"(user|group|service):[^\s\x00-\x1f\x7f]{1,200}")
 GROUP_ID = re.compile(r"group:[^\s\x00-\x1f\x7f]{1,200}")
 # The principal an API key (or a delegated query) acts as.
 PRINCIPAL_ID = re.compile(r"(user|service):[A-Za-z0-9_.@+-]{1,200}")
+# An identity provider's user: ``user:<issuer namespace>:<subject>``. The ':' keeps it apart
+# from every key principal (PRINCIPAL_ID has none), and the namespace from other issuers'.
+TOKEN_PRINCIPAL_ID = re.compile(r"user:[a-z0-9][a-z0-9-]{0,31}:[A-Za-z0-9_.@+-]{1,200}")
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 # External ids may hold '/', spaces and unicode, but no control characters.
 EXTERNAL_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
@@ -58,8 +61,18 @@ def group_id(value: str) -> str:
 
 
 def principal_id(value: str) -> str:
+    """A key's principal or an identity provider's user (groups, delegation, search-as)."""
+    if not (PRINCIPAL_ID.fullmatch(value) or TOKEN_PRINCIPAL_ID.fullmatch(value)):
+        raise RuleError(
+            f"principal must look like user:<id>, service:<id> or user:<issuer>:<id>, got {value!r}"
+        )
+    return value
+
+
+def key_principal_id(value: str) -> str:
+    """The principal an API key may act as: never an identity provider's user."""
     if not PRINCIPAL_ID.fullmatch(value):
-        raise RuleError(f"principal must look like user:<id> or service:<id>, got {value!r}")
+        raise RuleError(f"a key's principal must look like user:<id> or service:<id>, got {value!r}")
     return value
 
 

@@ -94,7 +94,7 @@ def create_key(
     """
     _confine(authority, tenant_id)
     check_grant(authority.roles, roles)
-    principal = validation.principal_id(principal_id) if principal_id else None
+    principal = validation.key_principal_id(principal_id) if principal_id else None
     with conn.transaction():
         new = api_keys.create_key(
             conn,

@@ -7,6 +7,7 @@ from core.settings import OidcSettings
 
 
 def jwt_authenticator(settings: OidcSettings) -> JwtAuthenticator | None:
+    """The authenticator, not started: the caller owns ``start()`` and ``close()``."""
     if not settings.issuers:
         return None
     issuers = [
@@ -20,6 +21,10 @@ def jwt_authenticator(settings: OidcSettings) -> JwtAuthenticator | None:
             groups_claim=i.groups_claim,
             roles=frozenset(i.roles),
             algorithms=tuple(i.algorithms),
+            # Filled in by OidcIssuer's validator when not given.
+            namespace=i.namespace or "",
+            map_subjects=i.map_subjects,
+            map_groups=i.map_groups,
         )
         for i in settings.issuers
     ]
@@ -29,4 +34,5 @@ def jwt_authenticator(settings: OidcSettings) -> JwtAuthenticator | None:
         timeout_s=settings.jwks_timeout_s,
         cache_s=settings.jwks_cache_s,
         min_refresh_s=settings.jwks_min_refresh_s,
+        wait_s=settings.jwks_wait_s,
     )

@@ -1,5 +1,5 @@
 """A test identity provider: signing keys it makes, a JWKS endpoint it serves on loopback
-(counting fetches, rotatable, or silent to test the timeout), and tokens it signs."""
+(counting fetches, rotatable, slow, or silent to test the timeout), and tokens it signs."""
 
 from __future__ import annotations
 
@@ -33,11 +33,13 @@ class Idp:
         self.private: dict[str, Any] = {}
         self.published: list[str] = []
         self.hits = 0
+        self.delay_s = 0.0  # how long the JWKS endpoint sleeps before it answers
         idp = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 idp.hits += 1
+                time.sleep(idp.delay_s)
                 body = json.dumps({"keys": [idp.public_jwk(k) for k in idp.published]}).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")

@@ -26,12 +26,12 @@ pytestmark = pytest.mark.integration
 WORDS = "turbine vault salary rotation"
 DOCS = {
     "acme": [
-        ("alice-only", {"principals": ["user:alice"]}),
-        ("eng", {"principals": ["group:eng"]}),
-        ("ops", {"principals": ["group:ops"]}),
+        ("alice-only", {"principals": ["user:corp:alice"]}),
+        ("eng", {"principals": ["group:corp:eng"]}),
+        ("ops", {"principals": ["group:corp:ops"]}),
         ("public", {"public": True}),
     ],
-    "globex": [("globex-public", {"public": True}), ("globex-alice", {"principals": ["user:alice"]})],
+    "globex": [("globex-public", {"public": True}), ("globex-alice", {"principals": ["user:corp:alice"]})],
 }
 
 
@@ -56,7 +56,7 @@ def _app(
 
 @pytest.fixture
 def client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:
-    app = _app(db_url, tmp_path, embedder, [issuer_config(idp)])
+    app = _app(db_url, tmp_path, embedder, [issuer_config(idp, namespace="corp")])
     client = next(app)
     for tenant, docs in DOCS.items():
         ingest = make_key(db_url, tenant, ["ingest"])
@@ -88,17 +88,21 @@ def _refused(client: TestClient, token: str) -> str:
 def test_a_valid_token_is_its_user(client: TestClient, idp: Idp, db_url: str) -> None:
     token = idp.token("alice", kid="k1", groups=["eng", "group:ops", "bad group!", 7])
     me = client.get("/v1/me", headers=_auth(token)).json()
-    assert (me["tenant_id"], me["principal_id"], me["roles"]) == ("acme", "user:alice", ["query"])
+    assert (me["tenant_id"], me["principal_id"], me["roles"]) == ("acme", "user:corp:alice", ["query"])
     assert _seen(client, token) == {"alice-only", "eng", "ops", "public"}
     # Groups come from the token per request: without the claim, only alice's own and public.
     assert _seen(client, idp.token("alice", kid="k1")) == {"alice-only", "public"}
     # ... joined with the catalog's groups of the principal, which change at once.
-    with psycopg.connect(db_url) as conn:
-        principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:bob", groups=["group:eng"])
+    # An admin names the issuer's user as the server does: user:<namespace>:<sub>.
+    admin = _auth(make_key(db_url, "acme", ["admin"]))
+    groups = client.put(
+        "/v1/principals/user:corp:bob/groups", json={"groups": ["group:corp:eng"]}, headers=admin
+    )
+    assert groups.status_code == 200, groups.text
     bob = idp.token("bob", kid="k1")
     assert _seen(client, bob) == {"eng", "public"}
     with psycopg.connect(db_url) as conn:
-        principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:bob", groups=[])
+        principals_repo.replace_groups(conn, tenant_id="acme", principal_id="user:corp:bob", groups=[])
     assert _seen(client, bob) == {"public"}
     # The fetch endpoints take tokens too, through the same ACL.
     assert client.get("/v1/documents/eng", headers=_auth(bob)).status_code == 404
@@ -110,9 +114,9 @@ def test_a_valid_token_is_its_user(client: TestClient, idp: Idp, db_url: str) ->
         "/v1/retrieve", json={"query": WORDS, "as_principal": "user:bob"}, headers=_auth(token)
     )
     assert resp.status_code == 403
-    # API keys keep working beside tokens.
+    # API keys keep working beside tokens; the token's alice is not the key's user:alice.
     key = make_key(db_url, "acme", ["query"], principal="user:alice")
-    assert _seen(client, key) == {"alice-only", "public"}
+    assert _seen(client, key) == {"public"}
 
 
 def test_another_tenants_token_reads_only_its_tenant(client: TestClient, idp: Idp) -> None:

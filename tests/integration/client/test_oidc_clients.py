@@ -47,6 +47,10 @@ def oidc_server(
     issuers = json.loads(value.group(1))
     assert issuers[0]["issuer"] == idp.issuer
     issuers[0]["jwks_url"] = idp.jwks_url  # the only change: the test's JWKS endpoint
+    # The example's groups are the catalog's (``group:eng``): an explicit mapping (issue 43).
+    # A no-op once the README's example says so; the assertion keeps the two honest.
+    issuers[0].setdefault("map_groups", True)
+    assert issuers[0]["map_groups"] is True
     monkeypatch.setenv("RAGLINE_OIDC__ISSUERS", json.dumps(issuers))
     settings = full_settings(db_url, tmp_path)
     assert settings.oidc.issuers[0].groups_claim == "groups"
