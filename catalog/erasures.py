@@ -105,6 +105,23 @@ def erased_since_queued(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no:
     return row is not None
 
 
+def erased_since_item(
+    conn: psycopg.Connection, *, tenant_id: str, external_id: str, job_id: uuid.UUID, item_no: int
+) -> bool:
+    """Share the erasure lock of ``external_id`` (an attachment made from the item's bytes)
+    and say whether it was erased after the item was queued: then it must not be written."""
+    conn.execute(
+        "SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s::text || '/' || %s::text))",
+        (_ERASURE_LOCK, tenant_id, external_id),
+    )
+    row = conn.execute(
+        "SELECT 1 FROM erasures e JOIN job_items i ON i.job_id = %s AND i.item_no = %s"
+        " WHERE e.tenant_id = %s AND e.external_id = %s AND i.queued_at <= e.erased_at",
+        (job_id, item_no, tenant_id, external_id),
+    ).fetchone()
+    return row is not None
+
+
 def settle_item(conn: psycopg.Connection, *, job_id: uuid.UUID, item_no: int) -> bool:
     """Settle one pending item ``erased`` (scrubbed, counted done); False if it was not
     pending. Its ``payload_path`` stays: the commit batch removes a staged upload through it

@@ -206,8 +206,13 @@ def _commit_children(
     extras = list(child_vectors) if child_vectors is not None else [{} for _ in item.children]
     kept: set[int] = set()
     warnings: list[str] = []
+    ref = item.prepared.ref
     for child, extra in zip(item.children, extras, strict=True):
         p, src = child.prepared, child.prepared.source
+        if erasures_repo.erased_since_item(
+            conn, tenant_id=src.tenant_id, external_id=src.external_id, job_id=ref.job_id, item_no=ref.item_no
+        ):
+            continue  # an attachment erased on its own after the message was queued stays erased
         current = docs_repo.lock_for_write(
             conn, tenant_id=src.tenant_id, external_id=src.external_id, mime_type=src.mime_type
         )

@@ -19,12 +19,14 @@ from cli.main import main
 from core.errors import NotFoundError
 from core.records import Acl, Failed, ItemRef
 from core.settings import DEFAULT_EMBEDDING_MODEL, get_settings
+from ingest.parse import EML
 from jobs.commit import commit
 from jobs.rebuild_job import rebuild
 from services.caller import Caller
 from services.tenants import erase_document
 from tests import factories
 from tests.integration.api.conftest import make_key, push_and_wait, swap_live, wait_job
+from tests.integration.api.test_email_attachments import NOTES, _message, _push
 from tests.integration.api.test_purge import _grep, _in_tables, cli_env  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -190,3 +192,32 @@ def test_an_id_that_never_committed_can_be_erased(full_client_shared: TestClient
         assert conn.execute("SELECT state FROM documents WHERE external_id = 'ghost'").fetchone() == (
             "active",
         )
+
+
+def test_an_attachment_erased_alone_stays_erased_when_its_message_is_resumed(
+    full_client_shared: TestClient, db_url: str
+) -> None:
+    ingest = make_key(db_url, "acme", ["ingest"])
+    message = _message()
+    assert _push(full_client_shared, ingest, "m.eml", message, {"public": True})["state"] == "succeeded"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        # an edit of the message queued before the erasure, cancelled (its attachments re-parsed)
+        edited = message.replace(b"winter season", b"spring season")
+        item = NewItem("m.eml", EML, payload=edited, acl=PUBLIC)
+        job = jobs_repo.create_job(conn, tenant_id="acme", kind="ingest", items=[item])
+        jobs_repo.request_cancel(conn, job_id=job, tenant_id="acme")
+        erase_document(
+            conn, db_url, OPERATOR, None, tenant_id="acme", external_id="m.eml#attachment=2", alias="live"
+        )
+    assert full_client_shared.post(f"/v1/jobs/{job}:resume", headers=_auth(ingest)).status_code == 200
+    assert wait_job(full_client_shared, ingest, str(job))["state"] == "succeeded"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        states = dict(
+            conn.execute("SELECT external_id, state FROM documents WHERE external_id LIKE 'm.eml%'")
+        )
+        versions = conn.execute(
+            "SELECT current_version FROM documents WHERE external_id = 'm.eml'"
+        ).fetchone()
+        assert _in_tables(conn, NOTES) == []
+    assert versions == (2,)  # the edit was written
+    assert states["m.eml#attachment=2"] == "deleted" and states["m.eml#attachment=1"] == "active"
