@@ -212,9 +212,8 @@ def test_an_attachment_erased_alone_stays_erased_when_its_message_is_resumed(
     assert full_client_shared.post(f"/v1/jobs/{job}:resume", headers=_auth(ingest)).status_code == 200
     assert wait_job(full_client_shared, ingest, str(job))["state"] == "succeeded"
     with psycopg.connect(db_url, autocommit=True) as conn:
-        states = dict(
-            conn.execute("SELECT external_id, state FROM documents WHERE external_id LIKE 'm.eml%'")
-        )
+        rows = conn.execute("SELECT external_id, state FROM documents WHERE external_id LIKE 'm.eml%'")
+        states: dict[str, str] = dict(rows.fetchall())
         versions = conn.execute(
             "SELECT current_version FROM documents WHERE external_id = 'm.eml'"
         ).fetchone()
