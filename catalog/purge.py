@@ -64,6 +64,34 @@ def purge_document(conn: psycopg.Connection, *, doc_id: int) -> PurgeCounts:
     return counts + PurgeCounts(job_payloads=items)
 
 
+def erase_document_rest(conn: psycopg.Connection, *, doc_id: int) -> int:
+    """After :func:`purge_document`, for an erasure: what no tombstone leads to (a version
+    with no chunks keeps its parsed text, which a re-chunk would read; warnings may quote an
+    attachment's title; the description of a document whose versions had no chunks), gone
+    too. ``doc_id`` is deleted. Returns the chunk rows this found (normally none)."""
+    chunks = conn.execute("DELETE FROM chunks WHERE doc_id = %s", (doc_id,)).rowcount
+    conn.execute("DELETE FROM document_texts WHERE doc_id = %s", (doc_id,))
+    conn.execute(
+        "UPDATE document_versions SET warnings = '{}' WHERE doc_id = %s AND cardinality(warnings) > 0",
+        (doc_id,),
+    )
+    conn.execute(
+        "UPDATE documents SET title = NULL, metadata = '{}'::jsonb, source = NULL, acl_principals = '{}',"
+        " acl_public = false WHERE doc_id = %s AND state = 'deleted'",
+        (doc_id,),
+    )
+    if chunks:
+        _mark_purged(conn)
+    return chunks
+
+
+def _mark_purged(conn: psycopg.Connection) -> None:
+    conn.execute(
+        "INSERT INTO purge_state (last_purged_at) VALUES (now())"
+        " ON CONFLICT (singleton) DO UPDATE SET last_purged_at = EXCLUDED.last_purged_at"
+    )
+
+
 def _purge_versions(conn: psycopg.Connection, versions: list[tuple[int, int]]) -> PurgeCounts:
     if not versions:
         return PurgeCounts()
@@ -87,10 +115,7 @@ def _purge_versions(conn: psycopg.Connection, versions: list[tuple[int, int]]) -
         (sorted(set(doc_ids)),),
     ).rowcount
     if chunks:
-        conn.execute(
-            "INSERT INTO purge_state (last_purged_at) VALUES (now())"
-            " ON CONFLICT (singleton) DO UPDATE SET last_purged_at = EXCLUDED.last_purged_at"
-        )
+        _mark_purged(conn)
     return PurgeCounts(versions=len(versions), chunks=chunks, documents=documents)
 
 

@@ -12,7 +12,8 @@ from core.settings import get_settings
 def register(sub: argparse._SubParsersAction) -> None:
     purge = sub.add_parser(
         "purge",
-        help="delete a document and purge its text, vectors and parsed text now; rebuild live without it",
+        help="delete a document and purge its text, vectors, parsed text and every job item that"
+        " carried it (an id that never committed too) now; rebuild live without it",
     )
     purge.add_argument("--tenant", required=True)
     purge.add_argument("--external-id", required=True)
@@ -53,6 +54,7 @@ def _purge(args: argparse.Namespace) -> int:
             external_id=args.external_id,
             alias=LIVE_ALIAS,
             compact=args.compact,
+            upload_dir=settings.upload_dir,
         )
     out = {
         "external_id": done.external_id,

@@ -13,6 +13,7 @@ import psycopg
 
 from catalog import attachments as attachments_repo
 from catalog import documents as docs_repo
+from catalog import erasures as erasures_repo
 from catalog import jobs as jobs_repo
 from catalog import reembed as reembed_repo
 from catalog import secrets as secrets_repo
@@ -36,9 +37,16 @@ def commit(
     ``extra_vectors`` are the item's vectors for other models (a migration's dual write),
     committed in the same transaction; ``child_vectors`` the same for each of its children
     (an e-mail's attachments, committed with it). Returns ``skipped`` when the item was
-    already finished (a resumed job racing itself).
+    already finished (a resumed job racing itself), ``erased`` when its id was erased after
+    it was queued (nothing of it is written; the item is settled and scrubbed).
     """
+    ref = item.prepared.ref if isinstance(item, Embedded) else item.ref
     with conn.transaction():
+        # Checked under the erasure lock, before anything of the item is written: a purge
+        # either ran before (this sees it) or waits for this commit (and erases what it wrote).
+        if erasures_repo.erased_since_queued(conn, job_id=ref.job_id, item_no=ref.item_no):
+            done = erasures_repo.settle_item(conn, job_id=ref.job_id, item_no=ref.item_no)
+            return "erased" if done else "skipped"
         if isinstance(item, Failed):
             done = jobs_repo.finish_item(
                 conn,
@@ -198,8 +206,13 @@ def _commit_children(
     extras = list(child_vectors) if child_vectors is not None else [{} for _ in item.children]
     kept: set[int] = set()
     warnings: list[str] = []
+    ref = item.prepared.ref
     for child, extra in zip(item.children, extras, strict=True):
         p, src = child.prepared, child.prepared.source
+        if erasures_repo.erased_since_item(
+            conn, tenant_id=src.tenant_id, external_id=src.external_id, job_id=ref.job_id, item_no=ref.item_no
+        ):
+            continue  # an attachment erased on its own after the message was queued stays erased
         current = docs_repo.lock_for_write(
             conn, tenant_id=src.tenant_id, external_id=src.external_id, mime_type=src.mime_type
         )

@@ -23,6 +23,7 @@ from pathlib import Path
 import psycopg
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from catalog import erasures as erasures_repo
 from catalog import jobs as jobs_repo
 from core import tracing
 from index.embedder import Embedder, EmbeddingSpec
@@ -32,6 +33,7 @@ from ingest.pipeline import ChunkingConfig
 from jobs.dual_write import DualWriter
 from jobs.ingest_job import Cancelled, JobContext, LeaseLost, run_inline, run_on_ray
 from jobs.ray_runtime import ensure_ray
+from jobs.staging import remove_staged
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +298,8 @@ class IngestRunner:
     def _execute(
         self, conn: psycopg.Connection, ctx: JobContext, on_progress: Callable[[int, int], None] | None
     ) -> None:
+        # Items whose id was erased after they were queued never run (a resume, a retry).
+        remove_staged(erasures_repo.settle_queued(conn, job_id=ctx.job_id), ctx.upload_dir)
         pending = len(jobs_repo.items(conn, job_id=ctx.job_id, state="pending"))
         small = not self.config.use_ray or pending <= self.config.inline_max_documents
         # Two Ray pipelines in one driver would compete for the same actor slots (and wait for

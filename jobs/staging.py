@@ -29,8 +29,16 @@ def remove_finished(
     """Delete the staged files of these items once committed or failed; returns how many."""
     if upload_dir is None or not item_nos:
         return 0
+    return remove_staged(jobs_repo.finished_payload_paths(conn, job_id=job_id, item_nos=item_nos), upload_dir)
+
+
+def remove_staged(paths: Sequence[str], upload_dir: Path | None) -> int:
+    """Delete those of ``paths`` that are staged uploads (an erasure's, a finished item's);
+    returns how many were."""
+    if upload_dir is None:
+        return 0
     removed = 0
-    for name in jobs_repo.finished_payload_paths(conn, job_id=job_id, item_nos=item_nos):
+    for name in paths:
         path = Path(name)
         if _inside(path, upload_dir):
             path.unlink(missing_ok=True)

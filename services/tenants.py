@@ -14,6 +14,7 @@ the purged text), so GC deletes the older versions after ``index.gc_grace_second
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 
@@ -21,14 +22,17 @@ from authz.principals import Principal
 from catalog import attachments as attachments_repo
 from catalog import audit, indexes
 from catalog import documents as docs_repo
+from catalog import erasures as erasures_repo
 from catalog import feedback as feedback_repo
 from catalog import fusion as fusion_repo
 from catalog import purge as purge_repo
 from catalog.audit import AuditRow
+from catalog.documents import DocumentRow
 from catalog.fusion import FusionOverride
 from catalog.purge import PurgeCounts
 from core.errors import InvalidInputError, NotFoundError
 from jobs.rebuild_job import RebuildConfig
+from jobs.staging import remove_staged
 from retrieve.service import FusionConfig
 from services.caller import Caller
 from services.index import rebuild_and_forget
@@ -185,16 +189,22 @@ def erase_document(
     external_id: str,
     alias: str,
     compact: bool = False,
+    upload_dir: Path | None = None,
 ) -> Erasure:
-    """Delete (if still active) and purge one document now, audited; with ``config``,
-    rebuild ``alias`` without it and forget its rollback target; with ``compact``, then
-    rewrite the tables that held it so no byte of it stays in PostgreSQL's files. ``conn``
-    is autocommit.
+    """Delete (if still active) and purge one document now, audited, with every job item
+    that carried it (pending, cancelled, failed or done: scrubbed, and those that never ran
+    settled ``erased``) and their staged uploads under ``upload_dir``; the erasure is
+    recorded, so no item queued before it is ever written (resume, retry, a push racing it).
+    An id that never committed (its push was cancelled or failed) is erased the same way.
+    With ``config``, rebuild ``alias`` without it and forget its rollback target; with
+    ``compact``, then rewrite the tables that held it so no byte of it stays in PostgreSQL's
+    files. ``conn`` is autocommit.
 
     Raises:
-        NotFoundError: the tenant has no such document, active or deleted.
+        NotFoundError: the tenant has no such document, job item or earlier erasure.
     """
-    active, counts = _purge_now(conn, caller, tenant_id=tenant_id, external_id=external_id)
+    active, counts, staged = _purge_now(conn, caller, tenant_id=tenant_id, external_id=external_id)
+    remove_staged(staged, upload_dir)  # after the commit: no item names them any more
     rebuilt = None
     if config is not None and indexes.resolve_alias(conn, alias=alias) is not None:
         rebuilt = rebuild_and_forget(conn, conninfo, config, alias=alias, caller=caller, reasons=["purge"])
@@ -205,22 +215,32 @@ def erase_document(
 
 def _purge_now(
     conn: psycopg.Connection, caller: Caller, *, tenant_id: str, external_id: str
-) -> tuple[bool, PurgeCounts]:
-    """Delete and purge the document's rows in one transaction, with its audit entry."""
+) -> tuple[bool, PurgeCounts, tuple[str, ...]]:
+    """Erase the id's job items and delete and purge its document's rows in one transaction,
+    with its audit entry; returns whether it was active, the counts and the staged paths."""
     with conn.transaction():
+        # First the erasure lock, then item rows, then the document: a commit's order too.
+        erasures_repo.lock(conn, tenant_id=tenant_id, external_id=external_id)
+        if not erasures_repo.known(conn, tenant_id=tenant_id, external_id=external_id):
+            doc = docs_repo.get_document(conn, tenant_id=tenant_id, external_id=external_id)
+            if doc is None:
+                raise NotFoundError(f"no document {external_id!r} in tenant {tenant_id}")
+        items = erasures_repo.erase_items(conn, tenant_id=tenant_id, external_id=external_id)
+        erasures_repo.record_erasure(conn, tenant_id=tenant_id, external_id=external_id)
+        counts = PurgeCounts(job_payloads=items.items)
         doc = docs_repo.get_document(conn, tenant_id=tenant_id, external_id=external_id, lock=True)
-        if doc is None:
-            raise NotFoundError(f"no document {external_id!r} in tenant {tenant_id}")
-        active = doc.state == "active"
-        if active:
-            docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=external_id)
-        counts = purge_repo.purge_document(conn, doc_id=doc.doc_id)
-        # An e-mail's attachments are documents made from its bytes: erased with it.
-        attached = attachments_repo.every_child(conn, tenant_id=tenant_id, parent_doc_id=doc.doc_id)
+        active = doc is not None and doc.state == "active"
+        attached: list[DocumentRow] = []
+        if doc is not None:
+            if active:
+                docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=external_id)
+            counts = counts + _purge_doc(conn, doc.doc_id)
+            # An e-mail's attachments are documents made from its bytes: erased with it.
+            attached = attachments_repo.every_child(conn, tenant_id=tenant_id, parent_doc_id=doc.doc_id)
         for child in attached:
             if child.state == "active":
                 docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=child.external_id)
-            counts = counts + purge_repo.purge_document(conn, doc_id=child.doc_id)
+            counts = counts + _purge_doc(conn, child.doc_id)
         audit.record(
             conn,
             actor=caller.actor,
@@ -236,7 +256,13 @@ def _purge_now(
                 "via": caller.via,
             },
         )
-    return active, counts
+    return active, counts, items.staged_paths
+
+
+def _purge_doc(conn: psycopg.Connection, doc_id: int) -> PurgeCounts:
+    """Every version of a deleted document, its parsed text and description, now."""
+    counts = purge_repo.purge_document(conn, doc_id=doc_id)
+    return counts + PurgeCounts(chunks=purge_repo.erase_document_rest(conn, doc_id=doc_id))
 
 
 # The audit log newest first (``ragline audit``); ``principal`` matches the actor or the
