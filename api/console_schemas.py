@@ -24,9 +24,7 @@ class PrincipalView(BaseModel):
 
 class PlanOut(BaseModel):
     model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"shard": 0, "strategy": "filtered", "allowed": 1200}]
-        }
+        json_schema_extra={"examples": [{"shard": 0, "strategy": "filtered", "allowed": 1200}]}
     )
 
     """The filtered-search strategy one shard ran for this filter (retrieve/planner.py). No

@@ -22,10 +22,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from starlette import testclient
 
 from api.app import ServiceHook, create_app
 from api.services import audit_hook, ingest_hook, search_hook
@@ -35,6 +35,9 @@ from testkit.server import auth
 from tests import factories
 from tests.conftest import truncate_all
 from tests.integration.api.conftest import full_settings, push_and_wait, swap_live, wait_job
+
+# The TestClient's responses: httpx2's where it is installed (starlette prefers it), else httpx's.
+Response = testclient.httpx.Response
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +127,7 @@ def _build(client: TestClient, db_url: str, tmp: Path) -> World:
         ],
     )
     with psycopg.connect(db_url) as conn:
-        chunk_of = dict(
+        chunk_of: dict[str, str] = dict(
             conn.execute(
                 "SELECT d.tenant_id || '/' || d.external_id, min(c.chunk_id) FROM chunks c"
                 " JOIN documents d USING (doc_id) GROUP BY 1"
@@ -296,7 +299,7 @@ def _pairs(w: World) -> dict[str, tuple[str, str]]:
     }
 
 
-def _send(w: World, method: str, probe: Probe, id_: str) -> httpx.Response:
+def _send(w: World, method: str, probe: Probe, id_: str) -> Response:
     url = probe.url.replace("{id}", id_).replace("ALICE_CHUNK", w.ids["alice_chunk"])
     headers = auth(w.keys[probe.role])
     if probe.upload:
@@ -331,7 +334,7 @@ def _id_routes(app: Any) -> set[tuple[str, str]]:
     return routes
 
 
-def _plain(resp: httpx.Response, theirs: str, nobodys: str) -> str:
+def _plain(resp: Response, theirs: str, nobodys: str) -> str:
     """The answer without what differs between any two calls, the victim's id read as nobody's."""
 
     def strip(value: Any) -> Any:

@@ -21,7 +21,10 @@ from tests.unit.ingest import office_factory
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 PROLOGUE = '<?xml version="1.0" encoding="{enc}"?>\n'
 DTD = '<!DOCTYPE d [<!ENTITY boom "EXPANDED-ENTITY">]>\n'
-BODY = f'<w:document xmlns:w="{W}"><w:body><w:p><w:r><w:t>Kept text {{ref}}</w:t></w:r></w:p></w:body></w:document>'
+BODY = (
+    f'<w:document xmlns:w="{W}"><w:body><w:p><w:r><w:t>Kept text {{ref}}</w:t></w:r></w:p></w:body>'
+    "</w:document>"
+)
 
 
 def _docx_part(*, dtd: bool, enc: str = "UTF-8", codec: str = "utf-8") -> bytes:
