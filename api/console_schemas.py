@@ -24,17 +24,15 @@ class PrincipalView(BaseModel):
 
 class PlanOut(BaseModel):
     model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"shard": 0, "strategy": "filtered", "allowed": 1200, "total": 48210}]
-        }
+        json_schema_extra={"examples": [{"shard": 0, "strategy": "filtered", "allowed": 1200}]}
     )
 
-    """The filtered-search strategy one shard ran for this filter (retrieve/planner.py)."""
+    """The filtered-search strategy one shard ran for this filter (retrieve/planner.py). No
+    shard total: it counts every tenant's vectors."""
 
     shard: int
     strategy: str
-    allowed: int
-    total: int
+    allowed: int = Field(description="Vectors of this shard the searched principal may read.")
 
 
 class DebugResultOut(ResultOut):
@@ -50,7 +48,7 @@ _DEBUG_EXAMPLE = {
         for r in _BASE["results"]
     ],
     "principal": {"principal_id": "user:alice", "groups": ["group:sre"], "known": True},
-    "plans": [{"shard": 0, "strategy": "filtered", "allowed": 1200, "total": 48210}],
+    "plans": [{"shard": 0, "strategy": "filtered", "allowed": 1200}],
     "model": "bundled:all-MiniLM-L6-v2",
 }
 

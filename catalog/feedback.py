@@ -36,12 +36,21 @@ def readable_document(
     return int(row[0]) if row else None
 
 
-def logged_query(conn: psycopg.Connection, *, tenant_id: str, request_id: str) -> str | None:
-    """The query text the audit log kept for the tenant's retrieve ``request_id``, if any."""
+def logged_query(
+    conn: psycopg.Connection, *, tenant_id: str, requester: str, reader: str, request_id: str
+) -> str | None:
+    """The query text the audit log kept for retrieve ``request_id`` made by ``requester``
+    (the audit entry's actor) for ``reader`` (itself, or the end user it delegated for), if any.
+
+    Request ids may be chosen by clients (``X-Request-ID`` is kept), so an id alone names no
+    one's request: another principal's retrieve under the same id, earlier or planted later,
+    is never found here.
+    """
     row = conn.execute(
         "SELECT details->>'query' FROM audit_log WHERE action = 'retrieve' AND tenant_id = %s"
-        " AND target = %s ORDER BY seq DESC LIMIT 1",
-        (tenant_id, request_id),
+        " AND target = %s AND actor = %s AND coalesce(details->>'on_behalf_of', actor) = %s"
+        " ORDER BY seq DESC LIMIT 1",
+        (tenant_id, request_id, requester, reader),
     ).fetchone()
     return row[0] if row else None
 

@@ -6,6 +6,15 @@ archive, so a zip bomb, a part with a DTD (entity expansion, external entities) 
 encrypted file is refused here with its own reason code before they see it. The worker's
 memory ceiling stays the backstop for whatever gets past.
 
+Every member is read by defusedxml's parser (expat refusing DTDs and entities), whatever its
+name: a part's name says nothing of how a parser will read it (a main part named ``.bin``
+through its relationship, an EPUB chapter named ``.txt`` through the manifest), and the
+parser, not a pattern, knows the encodings (UTF-16 without a byte order mark). The parse
+stops at the root element, since a DTD can only come before it. A member the parser cannot
+read as XML is either not XML at all (an image: refused at its first byte) or XML in an
+encoding expat lacks (UCS-4, EBCDIC, a multi-byte legacy encoding) that lxml might still read
+in a downstream parser: those are refused as ``unsafe_xml`` too, failing closed.
+
 Password-protected Office files are not ZIPs at all: Office wraps the encrypted package in
 an OLE compound file with an ``EncryptedPackage`` stream. Password-protected OpenDocument
 files are ZIPs whose manifest says their parts are encrypted (``encrypted`` below).
@@ -14,9 +23,13 @@ files are ZIPs whose manifest says their parts are encrypted (``encrypted`` belo
 from __future__ import annotations
 
 import io
-import re
 import zipfile
 from collections.abc import Callable
+from xml.etree.ElementTree import ParseError as XmlSyntaxError
+from xml.parsers import expat
+
+import defusedxml
+from defusedxml.ElementTree import DefusedXMLParser
 
 from core.errors import ParseError
 
@@ -26,10 +39,21 @@ OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 MAX_RATIO = 200
 MAX_MEMBERS = 20_000
-_PROLOGUE_WINDOW = 64 * 1024
-_ROOT = re.compile(rb"<[A-Za-z_]")
-_DTD = re.compile(rb"<!(?:DOCTYPE|ENTITY)\b", re.IGNORECASE)
-_ENTITY = re.compile(rb"<!ENTITY\b", re.IGNORECASE)
+_READ = 64 * 1024
+# How XML in UCS-4 or EBCDIC starts (the XML spec's Appendix F): libxml2 reads these, expat not.
+_FOREIGN_XML = (
+    b"\x00\x00\xfe\xff",
+    b"\xff\xfe\x00\x00",
+    b"\x00\x00\x00<",
+    b"<\x00\x00\x00",
+    b"\x00\x00<\x00",
+    b"\x00<\x00\x00",
+    b"\x4c\x6f\xa7\x94",
+)
+_ENCODING_ERRORS = frozenset(
+    expat.errors.codes[e]
+    for e in (expat.errors.XML_ERROR_UNKNOWN_ENCODING, expat.errors.XML_ERROR_INCORRECT_ENCODING)
+)
 
 
 def open_zip(
@@ -38,7 +62,8 @@ def open_zip(
     allow_doctype: bool = False,
     encrypted: Callable[[zipfile.ZipFile], bool] | None = None,
 ) -> zipfile.ZipFile:
-    """The archive, after checking its size, ratio, member count and XML prologues.
+    """The archive, after checking its size, ratio, member count and every member's XML
+    prologue (with defusedxml's parser).
 
     Args:
         data: The file's bytes.
@@ -72,8 +97,8 @@ def open_zip(
     if encrypted is not None and encrypted(archive):
         raise ParseError("the file is password-protected", code="encrypted_document")
     for member in members:
-        if member.filename.lower().endswith((".xml", ".rels", ".xhtml", ".html", ".htm", ".opf", ".ncx")):
-            _check_prologue(archive, member, allow_doctype)
+        if not member.is_dir():
+            _check_xml(archive, member, allow_doctype)
     return archive
 
 
@@ -87,20 +112,54 @@ def ole_error(data: bytes) -> ParseError:
     )
 
 
-def _check_prologue(archive: zipfile.ZipFile, member: zipfile.ZipInfo, allow_doctype: bool) -> None:
-    """A DTD must come before the root element: a part whose root does not start within the
-    window (a prologue padded to hide one) is refused too."""
+class _RootReached(Exception):
+    """The root element started: the prologue, where a DTD must be, is behind the parser."""
+
+
+class _StopAtRoot:
+    """The parser's target: nothing is built; the first element ends the check."""
+
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        raise _RootReached
+
+    def close(self) -> None:
+        return None
+
+
+def _check_xml(archive: zipfile.ZipFile, member: zipfile.ZipInfo, allow_doctype: bool) -> None:
+    """``unsafe_xml`` for a member that declares a DTD (only entities with ``allow_doctype``)
+    or is XML in an encoding the check cannot read; any other member passes (its own parser
+    judges it)."""
+    parser = DefusedXMLParser(
+        target=_StopAtRoot(), forbid_dtd=not allow_doctype, forbid_entities=True, forbid_external=True
+    )
     try:
         with archive.open(member) as part:
-            head = part.read(_PROLOGUE_WINDOW)
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+            head = part.read(_READ)
+            if head.startswith(_FOREIGN_XML):
+                raise ParseError("an XML part is in an encoding the check cannot read", code="unsafe_xml")
+            while head:
+                parser.feed(head)
+                head = part.read(_READ)
+            parser.close()
+    except _RootReached:
+        return
+    except defusedxml.DefusedXmlException as exc:
+        raise ParseError("an XML part declares a DTD or entities", code="unsafe_xml") from exc
+    except XmlSyntaxError as exc:
+        if exc.code in _ENCODING_ERRORS:
+            raise ParseError(
+                "an XML part is in an encoding the check cannot read", code="unsafe_xml"
+            ) from exc
+    except ValueError as exc:
+        if "encoding" in str(exc):  # pyexpat: "multi-byte encodings are not supported"
+            raise ParseError(
+                "an XML part is in an encoding the check cannot read", code="unsafe_xml"
+            ) from exc
         raise ParseError(
             f"an archive member is damaged ({type(exc).__name__})", code="corrupt_document"
         ) from exc
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        head = head.decode("utf-16", errors="ignore").encode()
-    root = _ROOT.search(head)
-    prologue = head[: root.start()] if root else head
-    pattern = _ENTITY if allow_doctype else _DTD
-    if pattern.search(prologue) or (root is None and len(head) == _PROLOGUE_WINDOW):
-        raise ParseError("an XML part declares a DTD or entities", code="unsafe_xml")
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise ParseError(
+            f"an archive member is damaged ({type(exc).__name__})", code="corrupt_document"
+        ) from exc

@@ -6,9 +6,9 @@ odfpy builds its own object per node for every part of the package (styles and s
 included) before anything can be counted, and hands back no line a cap could stop at;
 defusedxml is already what keeps openpyxl's XML parsing safe, and ``iterparse`` lets a
 spreadsheet be read row by row, each row dropped once counted, so the cell cap stops a 1M-cell
-sheet before its tree is built. Every part is refused with ``unsafe_xml`` twice over: by the
-container's prologue check (``ingest/archive.py``) and by defusedxml (entities, external
-references), which sees the whole part.
+sheet before its tree is built. A part with entities is refused with ``unsafe_xml`` twice
+over: by the container's check of every member (``ingest/archive.py``, defusedxml up to the
+root element) and here by defusedxml again (entities, external references), over the whole part.
 
 A password-protected ODF file is a normal ZIP whose parts are encrypted one by one, said in
 ``META-INF/manifest.xml`` (``manifest:encryption-data``): it is ``encrypted_document``.

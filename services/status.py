@@ -122,7 +122,12 @@ class StatusReport:
     live_version: str | None
     shards: list[ShardStatus]
     delta_chunks: int  # live chunks committed after the live version was built
-    catalog_position: int
+    catalog_position: int | None = field(
+        metadata={
+            "description": "The newest catalog change (one sequence for every tenant); null for a"
+            " tenant admin, to whom its advance would show other tenants' activity."
+        }
+    )
     changes_since_build: int
     freshness_lag_s: float | None = field(
         metadata={
@@ -139,7 +144,8 @@ class StatusReport:
         default="deployment",
         metadata={
             "description": "'tenant' for a tenant admin: its own jobs, changes and delta only; no shard"
-            " sizes, capacity, last rebuild or node view (they count every tenant's chunks)."
+            " sizes, capacity, last rebuild, catalog position or node view (they count every"
+            " tenant's chunks or changes)."
         },
     )
 
@@ -158,7 +164,9 @@ def deployment_status(
     report = status_report(
         conn, alias=alias, default_model=default_model, index_root=index_root, tenant_id=tenant_id
     )
-    node = node_status(search, report.catalog_position) if tenant_id is None and search is not None else None
+    if tenant_id is not None or search is None or report.catalog_position is None:
+        return report
+    node = node_status(search, report.catalog_position)
     return report if node is None else replace(report, node=node)
 
 
@@ -191,8 +199,10 @@ def status_report(
     """The deployment's status as the catalog and the live version's files tell it.
 
     With ``tenant_id`` (a tenant admin asking), only that tenant's jobs, changes and delta;
-    shard sizes, capacity and the last rebuild count every tenant's chunks, so they are left
-    out rather than hint at how much other tenants hold.
+    shard sizes, capacity and the last rebuild count every tenant's chunks, and the catalog
+    position is one sequence every tenant's changes advance (even the tenant's own newest
+    change's number counts the others' before it), so they are left out rather than hint at
+    how much other tenants hold or do.
     """
     target = indexes_repo.resolve_alias(conn, alias=alias)
     shards: list[ShardStatus] = []
@@ -223,7 +233,7 @@ def status_report(
         live_version=target.version_id if target else None,
         shards=shards,
         delta_chunks=maintenance_repo.fresh_leaf_count(conn, after_position=built_at, tenant_id=tenant_id),
-        catalog_position=fresh.position,
+        catalog_position=fresh.position if tenant_id is None else None,
         changes_since_build=fresh.changes_after,
         freshness_lag_s=lag,
         running_jobs=running,

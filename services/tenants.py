@@ -118,7 +118,8 @@ def record_feedback(
 ) -> Feedback:
     """Record ``reader``'s judgement of one result (``chunk_id``) or document
     (``external_id``) of retrieve ``request_id``, audited; with ``store_query_text``, beside
-    the query text the audit kept for that retrieve.
+    the query text the audit kept for that retrieve when it is the caller's own (made by
+    ``caller.actor`` for ``reader``): an id of anyone else's retrieve binds no query.
 
     Raises:
         NotFoundError: no such chunk or document that ``reader`` may read (alike, so the
@@ -129,7 +130,13 @@ def record_feedback(
         doc_id = _judged_document(conn, reader, chunk_id=chunk_id, external_id=external_id)
         query = None
         if store_query_text:
-            query = feedback_repo.logged_query(conn, tenant_id=tenant, request_id=request_id)
+            query = feedback_repo.logged_query(
+                conn,
+                tenant_id=tenant,
+                requester=caller.actor,
+                reader=reader.principal_id,
+                request_id=request_id,
+            )
         feedback_id = feedback_repo.record(
             conn,
             tenant_id=tenant,

@@ -210,8 +210,8 @@
       ? table("Results", ["Rank", "Document", "Score", "Dense", "Lexical", "Fused", "Rerank", "Found by", "Text", "Judge"], rows, "results")
       : el("p", { id: "no-results", text: "No results for this principal." });
     const plans = out.plans.length
-      ? table("Planner strategy per shard", ["Shard", "Strategy", "Allowed", "Total"],
-        out.plans.map((x) => el("tr", {}, td(x.shard), td(x.strategy), td(x.allowed), td(x.total))), "plans")
+      ? table("Planner strategy per shard", ["Shard", "Strategy", "Allowed"],
+        out.plans.map((x) => el("tr", {}, td(x.shard), td(x.strategy), td(x.allowed))), "plans")
       : el("p", { id: "plans-hint", class: "hint", text: noPlans(out) });
     const timings = table("Timings (ms)", Object.keys(out.timings_ms),
       [el("tr", {}, Object.values(out.timings_ms).map((v) => td(fmt(v, 1))))]);

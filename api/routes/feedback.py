@@ -1,8 +1,10 @@
 """``POST /v1/feedback``: relevance feedback on a retrieve's results (thumbs, clicks, grades).
 
 Stored per tenant with the principal who gave it; the query text only when the deployment
-stores query text. A chunk or document the caller cannot read (another tenant's, deleted,
-behind an ACL) is answered as not found, exactly like one that does not exist.
+stores query text, and only from the caller's own retrieve under ``request_id`` (request ids
+may be the client's own ``X-Request-ID``: an id someone else used binds no query). A chunk
+or document the caller cannot read (another tenant's, deleted, behind an ACL) is answered as
+not found, exactly like one that does not exist.
 """
 
 from __future__ import annotations

@@ -35,19 +35,13 @@ def _view(seen: SeenPrincipal) -> PrincipalView:
 
 
 def _plans(plans: list[str]) -> list[dict[str, Any]]:
-    """``shard3:filtered:120/400`` (StageLog's form) as objects."""
+    """``shard3:filtered:120/400`` (StageLog's form) as objects, without the total: a shard's
+    size counts every tenant's vectors, which a tenant admin must not learn."""
     out = []
     for text in plans:
         shard, strategy, counts = text.split(":", 2)
-        allowed, total = counts.split("/")
-        out.append(
-            {
-                "shard": int(shard.removeprefix("shard")),
-                "strategy": strategy,
-                "allowed": int(allowed),
-                "total": int(total),
-            }
-        )
+        allowed, _total = counts.split("/")
+        out.append({"shard": int(shard.removeprefix("shard")), "strategy": strategy, "allowed": int(allowed)})
     return out
 
 

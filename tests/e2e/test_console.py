@@ -471,6 +471,8 @@ def test_swap_and_roll_back_a_version(browser: WebDriver, console: Console) -> N
     _search_as(browser, "user:alice")
     assert browser.find_element(By.ID, "result-version").text == v1
     assert len(browser.find_elements(By.CSS_SELECTOR, "table.plans tbody tr")) == 2
+    # no shard totals: they count every tenant's vectors (issue 43)
+    assert "Total" not in browser.find_element(By.CSS_SELECTOR, "table.plans thead").text
     _shot(browser, console, "search-indexed")
     # an index exists but nothing matches the filters: "no results", not "no index version yet"
     _fill(browser, "f-source", "nowhere")

@@ -1,5 +1,5 @@
 """The client distribution stands alone: its modules import only the standard library,
-httpx, pydantic and tenacity (what clients/python/pyproject.toml declares), the adapter
+defusedxml, httpx, pydantic and tenacity (what clients/python/pyproject.toml declares), the adapter
 modules add only their own extra's packages, and it imports and runs in a process where
 torch, faiss, Ray, numpy, every server package and every extra's packages are absent."""
 
@@ -50,7 +50,7 @@ def _imported_roots(path: Path) -> set[str]:
 def test_static_imports_are_stdlib_and_declared_dependencies() -> None:
     declared = tomllib.loads((REPO / "clients" / "python" / "pyproject.toml").read_text())["project"]
     deps = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in declared["dependencies"]}
-    assert deps == {"httpx", "pydantic", "tenacity"}
+    assert deps == {"defusedxml", "httpx", "pydantic", "tenacity"}
     extras = declared["optional-dependencies"]
     for module in PACKAGE.rglob("*.py"):
         third_party = _imported_roots(module) - set(sys.stdlib_module_names) - {"__future__"}
