@@ -35,7 +35,10 @@ def idp() -> Iterator[Idp]:
 
 @pytest.fixture
 def token_client(db_url: str, tmp_path: Path, embedder: Any, idp: Idp) -> Iterator[TestClient]:
-    settings = full_settings(db_url, tmp_path, oidc={"issuers": [issuer_config(idp)]})
+    # The directory of record: its subjects and groups are the suite's shared names, as the
+    # README's example maps them (an unmapped issuer's are namespaced: test_oidc_issuers.py).
+    issuer = issuer_config(idp, map_subjects=True, map_groups=True)
+    settings = full_settings(db_url, tmp_path, oidc={"issuers": [issuer]})
     yield from serving_client(settings, embedder)
 
 

@@ -33,17 +33,22 @@ PRINCIPAL = "user:alice-tracing"
 STAGES = {"acl_filter", "embed", "lexical", "dense", "fusion", "fetch", "packing"}
 
 _EXPORTER = InMemorySpanExporter()
+_RECORDING: set[int] = set()  # the providers _EXPORTER is attached to (by id)
 
 
 @pytest.fixture(scope="module")
 def exporter() -> InMemorySpanExporter:
-    """The process's tracer provider, recording in memory (set once: the SDK allows one)."""
+    """The process's tracer provider, recording in memory. The SDK allows one provider per
+    process, so where another test module of this process installed an SDK provider first
+    (test_shard_tracing does, on the same xdist worker), the exporter is attached to it."""
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(provider)
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
         pytest.skip("another tracer provider is installed in this process")
+    if id(provider) not in _RECORDING:
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        _RECORDING.add(id(provider))
     return _EXPORTER
 
 
