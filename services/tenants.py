@@ -187,7 +187,7 @@ class Erasure:
     rebuilt: str | None  # the version ``alias`` now serves, built without the document
     # Every other alias whose version (or rollback target) held it: moved, or not (no rebuild).
     pinned: tuple[PinnedVersion, ...]
-    compaction: Compaction | None  # with ``compact``: what was rewritten (tables always)
+    compaction: Compaction | None  # with ``compact``: the statistics and WAL steps' outcome
 
     @property
     def compacted(self) -> bool:
@@ -225,11 +225,10 @@ def erase_document(
     """
     purged = _purge_now(conn, caller, tenant_id=tenant_id, external_id=external_id)
     remove_staged(purged.staged, upload_dir)  # after the commit: no item names them any more
-    rebuilt, built = None, {}
-    live = indexes.resolve_alias(conn, alias=alias)
-    if config is not None and live is not None:
+    rebuilt, built = None, dict[str, str]()  # embedding model -> a version built without it
+    if config is not None and indexes.resolve_alias(conn, alias=alias) is not None:
         rebuilt = rebuild_and_forget(conn, conninfo, config, alias=alias, caller=caller, reasons=["purge"])
-        built[live.embedding_model] = rebuilt
+        built[config.model_name] = rebuilt
     pinned = clear_pinned(conn, conninfo, config, rows=purged.chunks.rows, caller=caller, built=built)
     compaction = purge_repo.compact(conn) if compact else None
     return Erasure(external_id, purged.active, purged.counts, rebuilt, pinned, compaction)
