@@ -230,6 +230,21 @@ def collect_garbage(conn: psycopg.Connection, *, retention_seconds: float) -> in
     return int(row[0]) if row else 0
 
 
+def erase_queries(conn: psycopg.Connection, *, tenant_id: str, chunk_ids: Sequence[str]) -> list[str]:
+    """Remove the stored query text of ``tenant_id``'s searches that returned any of
+    ``chunk_ids`` (an erasure: the text may quote the erased document); the entries stay.
+    Returns those searches' request ids (feedback may have copied their text)."""
+    if not chunk_ids:
+        return []
+    rows = conn.execute(
+        "SELECT DISTINCT target FROM audit_log WHERE tenant_id = %s AND details ? 'query'"
+        " AND jsonb_typeof(details->'chunk_ids') = 'array' AND details->'chunk_ids' ?| %s::text[]",
+        (tenant_id, list(chunk_ids)),
+    ).fetchall()
+    conn.execute("SELECT audit_log_erase_queries(%s, %s::text[])", (tenant_id, list(chunk_ids)))
+    return [str(r[0]) for r in rows if r[0] is not None]
+
+
 @dataclass(frozen=True, slots=True)
 class LoggedQuery:
     """A retrieve whose text the audit stored (``audit.store_query_text``), and who asked it."""

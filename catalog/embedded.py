@@ -210,6 +210,12 @@ NO_ROW_DATA_IN_LOGS = (
 )
 
 
+# WAL an erasure can clear (``catalog.purge.retire_wal``): a segment older than the last
+# checkpoint is unlinked, not renamed for reuse with its old bytes inside, and none is kept
+# for standbys (the local cluster has none). Given at every start, as above.
+ERASABLE_WAL = "-c wal_recycle=off -c wal_keep_size=0"
+
+
 def is_running(cluster: LocalCluster) -> bool:
     if not (cluster.pgdata / "PG_VERSION").exists():
         return False
@@ -268,7 +274,7 @@ def _start(cluster: LocalCluster) -> LocalCluster:
     proc = _run(
         started,
         ["pg_ctl", "-D", str(started.pgdata), "-l", str(started.log_file), "-w", "-t", "60"]
-        + ["-o", f"-p {started.port} {NO_ROW_DATA_IN_LOGS}", "start"],
+        + ["-o", f"-p {started.port} {NO_ROW_DATA_IN_LOGS} {ERASABLE_WAL}", "start"],
         check=False,
     )
     if proc.returncode != 0:

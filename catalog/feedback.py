@@ -105,3 +105,22 @@ def stored_judgements(conn: psycopg.Connection, *, tenant_id: str) -> list[tuple
             (tenant_id,),
         ).fetchall()
     ]
+
+
+def erase_documents(
+    conn: psycopg.Connection, *, tenant_id: str, doc_ids: Sequence[int], request_ids: Sequence[str]
+) -> int:
+    """An erasure: drop the tenant's judgements of ``doc_ids``, and the query text kept beside
+    any judgement of the same retrieves or of ``request_ids`` (searches that returned the
+    erased documents: their text may quote them). Returns the judgements dropped."""
+    dropped = conn.execute(
+        "DELETE FROM feedback WHERE tenant_id = %s AND doc_id = ANY(%s) RETURNING request_id",
+        (tenant_id, list(doc_ids)),
+    ).fetchall()
+    requests = sorted({str(r[0]) for r in dropped} | set(request_ids))
+    conn.execute(
+        "UPDATE feedback SET query = NULL WHERE tenant_id = %s AND request_id = ANY(%s)"
+        " AND query IS NOT NULL",
+        (tenant_id, requests),
+    )
+    return len(dropped)

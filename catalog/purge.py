@@ -141,7 +141,25 @@ def drop_stale_payloads(conn: psycopg.Connection, *, older_than_seconds: float) 
     ).rowcount
 
 
-# Every table a purge takes text, vectors or payloads out of (their TOAST tables go with them).
+@dataclass(frozen=True, slots=True)
+class ChunkRefs:
+    """Every chunk of some documents (any version): the row ids index files hold and the
+    chunk ids the audit log names."""
+
+    rows: tuple[int, ...]
+    ids: tuple[str, ...]
+
+
+def chunk_refs(conn: psycopg.Connection, *, doc_ids: list[int]) -> ChunkRefs:
+    """The chunks of ``doc_ids`` still in the catalog (read before a purge deletes them)."""
+    rows = conn.execute(
+        "SELECT chunk_row, chunk_id FROM chunks WHERE doc_id = ANY(%s) ORDER BY chunk_row", (doc_ids,)
+    ).fetchall()
+    return ChunkRefs(tuple(int(r[0]) for r in rows), tuple(str(r[1]) for r in rows))
+
+
+# Every table a purge or an erasure takes text, vectors, payloads or query text out of (their
+# TOAST tables go with them).
 TEXT_TABLES = (
     "chunks",
     "chunk_embeddings",
@@ -150,15 +168,60 @@ TEXT_TABLES = (
     "document_versions",
     "documents",
     "job_items",
+    "feedback",
+    "audit_log",
 )
 
 
-def compact(conn: psycopg.Connection) -> None:
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    statistics: bool  # the planner statistics were rewritten too (their samples quote rows)
+    wal: bool  # the WAL written before the compaction was switched away from and removed
+
+
+def compact(conn: psycopg.Connection) -> Compaction:
     """Rewrite the tables a purge touched (``VACUUM FULL``), so the purged rows' bytes leave
     the table and TOAST files too: a DELETE only marks them dead, and a plain VACUUM makes
     their space reusable without overwriting it. It takes an ACCESS EXCLUSIVE lock per table
     for the rewrite (reads and writes of that table wait), so it is an explicit operator step.
+
+    ``ANALYZE`` runs with each rewrite: ``pg_statistic`` keeps a sample of each column's
+    values (most common values, histogram bounds), which may quote purged text; the new
+    sample is taken from the remaining rows, and ``pg_statistic`` itself is then rewritten so
+    the old sample's dead tuples leave its files. Then :func:`retire_wal`.
     ``conn`` must be in autocommit (VACUUM cannot run in a transaction)."""
     for table in TEXT_TABLES:
-        conn.execute(f"VACUUM FULL {table}")
-    conn.execute("CHECKPOINT")
+        conn.execute(f"VACUUM (FULL, ANALYZE) {table}")
+    # Only a superuser or the database owner may vacuum a system catalog (others get a
+    # warning and a skip, not an error): say whether it ran.
+    row = conn.execute(
+        "SELECT r.rolsuper OR d.datdba = r.oid FROM pg_roles r, pg_database d"
+        " WHERE r.rolname = current_user AND d.datname = current_database()"
+    ).fetchone()
+    statistics = bool(row and row[0])
+    if statistics:
+        conn.execute("VACUUM FULL pg_statistic")
+    return Compaction(statistics, retire_wal(conn))
+
+
+# Two switches: the first closes the segment the rewrite ended in, the second the one holding
+# the first checkpoint record, so every segment written before the compaction precedes the
+# last checkpoint's redo point.
+_WAL_SWITCHES = 2
+
+
+def retire_wal(conn: psycopg.Connection) -> bool:
+    """Close the current WAL segment and checkpoint, so every segment written so far (they
+    hold the purged rows as they were inserted) precedes the redo point and the checkpoint
+    removes it. With ``wal_recycle=off`` (the local cluster) removed segments are unlinked;
+    with recycling on they are renamed for reuse and keep their bytes until overwritten.
+    Segments ``wal_keep_size``, a replication slot or an unarchived ``archive_mode`` hold stay.
+    False when the role may not (``pg_switch_wal`` and ``CHECKPOINT`` need a superuser or
+    granted rights): the segments then go as the server recycles them."""
+    try:
+        for _ in range(_WAL_SWITCHES):
+            conn.execute("SELECT pg_switch_wal()")
+            conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True

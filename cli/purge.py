@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     purge.add_argument(
         "--compact",
         action="store_true",
-        help="then rewrite the catalog tables that held it (VACUUM FULL: locks each table while it"
-        " runs), so no byte of the purged rows stays in PostgreSQL's files",
+        help="then rewrite the catalog tables that held it and the planner statistics (VACUUM FULL:"
+        " locks each table while it runs) and retire the WAL written so far (pg_switch_wal,"
+        " CHECKPOINT), so no byte of the purged rows stays in PostgreSQL's files",
     )
     purge.add_argument("--json", action="store_true", help="print the result as JSON")
     purge.set_defaults(handler=_purge)
@@ -63,17 +64,41 @@ def _purge(args: argparse.Namespace) -> int:
         "chunks": done.counts.chunks,
         "job_items": done.counts.job_payloads,
         "rebuilt": done.rebuilt,
+        "pinned": [
+            {"alias": p.alias, "version": p.version_id, "rollback": p.rollback, "serves": p.serves}
+            for p in done.pinned
+        ],
         "compacted": done.compacted,
+        "statistics": done.compaction.statistics if done.compaction else False,
+        "wal": done.compaction.wal if done.compaction else False,
     }
     if args.json:
         print(json.dumps(out))
-    else:
+        return 0
+    print(
+        f"purged {out['external_id']}: {out['versions']} versions, {out['chunks']} chunks"
+        + (
+            f"; {LIVE_ALIAS} now serves {done.rebuilt} (older versions go at the next GC)"
+            if done.rebuilt
+            else ""
+        )
+    )
+    for p in done.pinned:
+        print(_pinned_line(p.alias, p.version_id, rollback=p.rollback, serves=p.serves))
+    if done.compaction is not None and not done.compaction.wal:
         print(
-            f"purged {out['external_id']}: {out['versions']} versions, {out['chunks']} chunks"
-            + (
-                f"; {LIVE_ALIAS} now serves {done.rebuilt} (older versions go at the next GC)"
-                if done.rebuilt
-                else ""
-            )
+            "WAL not retired (this role may not run pg_switch_wal() and CHECKPOINT): the segments"
+            " written before the purge hold the text until PostgreSQL recycles them"
         )
     return 0
+
+
+def _pinned_line(alias: str, version: str, *, rollback: bool, serves: str | None) -> str:
+    if rollback:
+        return f"alias {alias}: forgot its rollback target {version}, which held the document"
+    if serves is not None:
+        return f"alias {alias}: moved from {version}, which held the document, to {serves}"
+    return (
+        f"alias {alias} still points at {version}, which holds the document: rerun without"
+        f" --no-rebuild, or move the alias (ragline index swap), then ragline index gc"
+    )

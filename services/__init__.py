@@ -18,6 +18,7 @@ catalog's write modules: they come here). A new operation goes in the module of 
 - ``jobs``: follow, cancel, resume jobs; ``connectors``: a connector's recorded state;
 - ``access``: keys, principals, groups, ACL-checked reads of chunks and documents;
 - ``tenants``: fusion defaults, feedback, erasure (``ragline purge``), the audit listing;
+  ``pinned_versions``: the index versions aliases pin that an erasure must move off;
 - ``index``: rebuild, swap, rollback, GC, quality, the overview; ``migration``: start a
   re-embed; ``schedules``: cron schedules; ``maintenance``: the scheduled tick (retention,
   rebuild, GC) and its thread;

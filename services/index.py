@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from catalog import audit
 from catalog import indexes as indexes_repo
 from catalog import maintenance as maintenance_repo
+from catalog import purge as purge_repo
 from catalog import reembed as reembed_repo
 from catalog.indexes import AliasRow, VersionRow
 from catalog.maintenance import EmbeddingStats
@@ -53,6 +54,7 @@ __all__ = [
     "collect_garbage",
     "corpus_stats",
     "follow_alias",
+    "forget_rollback",
     "get_version",
     "list_versions",
     "overview",
@@ -367,6 +369,13 @@ def rebuild_and_forget(
     """Rebuild ``alias`` from the purged catalog, swap it and drop its rollback target (whose
     files hold purged text), audited as ``index.forget_rollback``; returns the new version."""
     built = rebuild(conn, conninfo, config, caller=caller, swap_alias=alias, reasons=reasons).version_id
+    forget_rollback(conn, alias=alias, caller=caller)
+    return built
+
+
+def forget_rollback(conn: psycopg.Connection, *, alias: str, caller: Caller) -> str | None:
+    """Drop ``alias``'s rollback target, whose files hold purged text, so GC may delete it;
+    audited as ``index.forget_rollback``. Returns the version forgotten."""
     with conn.transaction():
         forgotten = indexes_repo.forget_previous(conn, alias=alias)
         audit.record(
@@ -376,7 +385,7 @@ def rebuild_and_forget(
             target=alias,
             details={"version": forgotten, "reason": "its files hold purged text", "via": caller.via},
         )
-    return built
+    return forgotten
 
 
 # --- garbage collection ---------------------------------------------------------------------
@@ -406,19 +415,21 @@ def collect_garbage(conn: psycopg.Connection, *, grace_seconds: int, caller: Cal
                 target=",".join(deleted),
                 details={"deleted": deleted, "via": caller.via},
             )
-    kept = _kept_reasons(indexes_repo.list_versions(conn), indexes_repo.alias_rows(conn), grace_seconds)
+    versions = [v for v in indexes_repo.list_versions(conn) if v.state != "deleted"]
+    stale = {v.version_id for v in versions if purge_repo.purged_since(conn, version_id=v.version_id)}
+    kept = _kept_reasons(versions, indexes_repo.alias_rows(conn), grace_seconds, stale)
     return GcReport(tuple(deleted), tuple(kept))
 
 
 def _kept_reasons(
-    versions: list[VersionRow], aliases: list[AliasRow], grace_seconds: int
+    versions: list[VersionRow], aliases: list[AliasRow], grace_seconds: int, stale: set[str]
 ) -> list[tuple[str, str]]:
-    """Why each remaining version is not garbage, in the words ``gc`` uses."""
+    """Why each remaining version is not garbage, in the words ``gc`` uses; a kept version
+    built before the last purge says it may still hold purged text (an erasure rebuilds the
+    versions aliases pin that hold its document, but not ``--no-rebuild``'s nor the tick's)."""
     now = datetime.now(UTC)
     out = []
     for v in versions:
-        if v.state == "deleted":
-            continue
         reasons = [f"alias {a.alias}" for a in aliases if a.version_id == v.version_id]
         reasons += [
             f"rollback target of alias {a.alias}" for a in aliases if a.previous_version == v.version_id
@@ -428,5 +439,8 @@ def _kept_reasons(
         age = (now - (v.built_at or v.created_at)).total_seconds()
         if not reasons and age < grace_seconds:
             reasons.append(f"{age:.0f} s old, inside the {grace_seconds} s grace period")
-        out.append((v.version_id, ", ".join(reasons) or "unaliased"))
+        why = ", ".join(reasons) or "unaliased"
+        if v.version_id in stale:
+            why += "; built before the last purge: may hold purged text (rebuild it or move the alias)"
+        out.append((v.version_id, why))
     return out

@@ -29,18 +29,20 @@ from catalog import purge as purge_repo
 from catalog.audit import AuditRow
 from catalog.documents import DocumentRow
 from catalog.fusion import FusionOverride
-from catalog.purge import PurgeCounts
+from catalog.purge import ChunkRefs, Compaction, PurgeCounts
 from core.errors import InvalidInputError, NotFoundError
 from jobs.rebuild_job import RebuildConfig
 from jobs.staging import remove_staged
 from retrieve.service import FusionConfig
 from services.caller import Caller
 from services.index import rebuild_and_forget
+from services.pinned_versions import PinnedVersion, clear_pinned
 
 __all__ = [
     "AuditRow",
     "Erasure",
     "Feedback",
+    "PinnedVersion",
     "FusionOverride",
     "audit_entries",
     "erase_document",
@@ -183,7 +185,14 @@ class Erasure:
     deleted_now: bool  # the document was still active: deleted by the purge itself
     counts: PurgeCounts
     rebuilt: str | None  # the version ``alias`` now serves, built without the document
-    compacted: bool  # the catalog tables that held it were rewritten (VACUUM FULL)
+    # Every other alias whose version (or rollback target) held it: moved, or not (no rebuild).
+    pinned: tuple[PinnedVersion, ...]
+    compaction: Compaction | None  # with ``compact``: the statistics and WAL steps' outcome
+
+    @property
+    def compacted(self) -> bool:
+        """The catalog tables that held it were rewritten (VACUUM FULL)."""
+        return self.compaction is not None
 
 
 def erase_document(
@@ -203,28 +212,39 @@ def erase_document(
     settled ``erased``) and their staged uploads under ``upload_dir``; the erasure is
     recorded, so no item queued before it is ever written (resume, retry, a push racing it).
     An id that never committed (its push was cancelled or failed) is erased the same way.
-    With ``config``, rebuild ``alias`` without it and forget its rollback target; with
-    ``compact``, then rewrite the tables that held it so no byte of it stays in PostgreSQL's
-    files. ``conn`` is autocommit.
+    Its feedback goes, and the stored query text of the searches that returned it (the audit
+    entries and the feedback that copied it stay, without the text). With ``config``, rebuild
+    ``alias`` without it and forget its rollback target, and move every other alias whose
+    version holds it to a version built without it (``services.pinned_versions``); without,
+    the aliases still holding it are returned. With ``compact``, then rewrite the tables that
+    held it and the planner statistics, and retire the WAL written so far, so no byte of it
+    stays in PostgreSQL's files (:func:`catalog.purge.compact`). ``conn`` is autocommit.
 
     Raises:
         NotFoundError: the tenant has no such document, job item or earlier erasure.
     """
-    active, counts, staged = _purge_now(conn, caller, tenant_id=tenant_id, external_id=external_id)
-    remove_staged(staged, upload_dir)  # after the commit: no item names them any more
-    rebuilt = None
+    purged = _purge_now(conn, caller, tenant_id=tenant_id, external_id=external_id)
+    remove_staged(purged.staged, upload_dir)  # after the commit: no item names them any more
+    rebuilt, built = None, dict[str, str]()  # embedding model -> a version built without it
     if config is not None and indexes.resolve_alias(conn, alias=alias) is not None:
         rebuilt = rebuild_and_forget(conn, conninfo, config, alias=alias, caller=caller, reasons=["purge"])
-    if compact:
-        purge_repo.compact(conn)
-    return Erasure(external_id, active, counts, rebuilt, compact)
+        built[config.model_name] = rebuilt
+    pinned = clear_pinned(conn, conninfo, config, rows=purged.chunks.rows, caller=caller, built=built)
+    compaction = purge_repo.compact(conn) if compact else None
+    return Erasure(external_id, purged.active, purged.counts, rebuilt, pinned, compaction)
 
 
-def _purge_now(
-    conn: psycopg.Connection, caller: Caller, *, tenant_id: str, external_id: str
-) -> tuple[bool, PurgeCounts, tuple[str, ...]]:
-    """Erase the id's job items and delete and purge its document's rows in one transaction,
-    with its audit entry; returns whether it was active, the counts and the staged paths."""
+@dataclass(frozen=True, slots=True)
+class _Purged:
+    active: bool  # the document was active: deleted by the purge
+    counts: PurgeCounts
+    staged: tuple[str, ...]  # staged uploads of its job items, to remove after the commit
+    chunks: ChunkRefs  # its chunks (and its attachments'), as they were before the purge
+
+
+def _purge_now(conn: psycopg.Connection, caller: Caller, *, tenant_id: str, external_id: str) -> _Purged:
+    """Erase the id's job items, delete and purge its document's rows, its feedback and the
+    query text of the searches that returned it, in one transaction with its audit entry."""
     with conn.transaction():
         # First the erasure lock, then item rows, then the document: a commit's order too.
         erasures_repo.lock(conn, tenant_id=tenant_id, external_id=external_id)
@@ -239,15 +259,20 @@ def _purge_now(
         active = doc is not None and doc.state == "active"
         attached: list[DocumentRow] = []
         if doc is not None:
+            # An e-mail's attachments are documents made from its bytes: erased with it.
+            attached = attachments_repo.every_child(conn, tenant_id=tenant_id, parent_doc_id=doc.doc_id)
+        doc_ids = ([doc.doc_id] if doc is not None else []) + [c.doc_id for c in attached]
+        chunks = purge_repo.chunk_refs(conn, doc_ids=doc_ids)  # before the purge deletes them
+        if doc is not None:
             if active:
                 docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=external_id)
             counts = counts + _purge_doc(conn, doc.doc_id)
-            # An e-mail's attachments are documents made from its bytes: erased with it.
-            attached = attachments_repo.every_child(conn, tenant_id=tenant_id, parent_doc_id=doc.doc_id)
         for child in attached:
             if child.state == "active":
                 docs_repo.delete_document(conn, tenant_id=tenant_id, external_id=child.external_id)
             counts = counts + _purge_doc(conn, child.doc_id)
+        searches = audit.erase_queries(conn, tenant_id=tenant_id, chunk_ids=chunks.ids)
+        feedback_repo.erase_documents(conn, tenant_id=tenant_id, doc_ids=doc_ids, request_ids=searches)
         audit.record(
             conn,
             actor=caller.actor,
@@ -263,7 +288,7 @@ def _purge_now(
                 "via": caller.via,
             },
         )
-    return active, counts, items.staged_paths
+    return _Purged(active, counts, items.staged_paths, chunks)
 
 
 def _purge_doc(conn: psycopg.Connection, doc_id: int) -> PurgeCounts:

@@ -98,3 +98,30 @@ def test_migrations_are_audited_once(pg_url: str) -> None:
     finally:
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute("DROP DATABASE ragline_audited WITH (FORCE)")
+
+
+def test_an_erasure_removes_only_the_query_text_of_the_searches_that_returned_it(
+    conn: psycopg.Connection,
+) -> None:
+    def search(target: str, tenant: str, chunk_ids: list[str]) -> AuditEvent:
+        details = {**dict.fromkeys(audit.ACTIONS["retrieve"].details), "chunk_ids": chunk_ids, "query": "q"}
+        return AuditEvent(actor="user:a", action="retrieve", tenant_id=tenant, target=target, details=details)
+
+    audit.record_many(
+        conn,
+        events=[
+            search("hit", "acme", ["c1", "c2"]),
+            search("miss", "acme", ["c3"]),
+            search("other", "b", ["c1"]),
+        ],
+    )
+    assert audit.erase_queries(conn, tenant_id="acme", chunk_ids=["c1"]) == ["hit"]
+    rows: dict[str, dict] = dict(conn.execute("SELECT target, details FROM audit_log").fetchall())
+    assert "query" not in rows["hit"] and rows["hit"]["chunk_ids"] == ["c1", "c2"]
+    assert rows["miss"]["query"] == "q" and rows["other"]["query"] == "q"  # another search, tenant
+    # The trigger lets that one change through and nothing else, even with its flag set.
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"), conn.transaction():
+        conn.execute("SELECT set_config('ragline.audit_erase', 'on', true)")
+        conn.execute("UPDATE audit_log SET actor = 'someone', details = details - 'query'")
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+        conn.execute("UPDATE audit_log SET details = details - 'query' WHERE target = 'miss'")
