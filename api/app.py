@@ -34,6 +34,7 @@ from wiring.api import (
     key_limits,
     open_api_pools,
     retrieve_limits,
+    revocation_listener,
 )
 from wiring.oidc import jwt_authenticator
 from wiring.tracing import configure_tracing
@@ -94,6 +95,9 @@ def _lifespan(
         # Single-statement reads of the query path (groups, catalog position, result details).
         app.state.read_pool = pools.read
         app.state.auth = key_authenticator(settings, pools)
+        # Keys revoked through another process (replica, worker, the CLI) leave the cache at once.
+        revocations = revocation_listener(url, app.state.auth)
+        revocations.start()
         app.state.jwt_auth = jwt_authenticator(settings.oidc)
         if app.state.jwt_auth is not None:
             app.state.jwt_auth.start()  # keys fetched in the background, never on a request
@@ -118,6 +122,7 @@ def _lifespan(
             for close in reversed(closers):
                 close()
             probe.close()
+            revocations.close()
             if app.state.jwt_auth is not None:
                 app.state.jwt_auth.close()
             pools.close()

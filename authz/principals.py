@@ -1,7 +1,11 @@
 """Turning a bearer token into a ``Principal``, through a short-lived cache.
 
-The cache lives at most ``ttl`` seconds (<= 1 s by configuration), so a revoked key is
-refused within one second on every replica without a database round trip per request.
+A revoked key leaves the cache three ways, so it is refused without a database round trip
+per request: ``forget`` on the process that acknowledges the revocation, before its
+response; the revocation's NOTIFY on every other process (``authz.revocations``); and the
+TTL (<= 1 s by configuration) if that notification is lost. Reads (search, chunk and
+document reads, feedback) also check the key in the statement that reads the caller's
+groups, so there a revocation is effective from its acknowledgement on every replica.
 """
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ class KeyAuthenticator:
         self._cache: dict[bytes, tuple[float, Principal]] = {}
         self._touched: dict[str, float] = {}
         self._lock = threading.Lock()
+        # Bumped by every forget: a load that began before one must not cache what it read
+        # (it may have read the key just before the revocation committed).
+        self._generation = 0
 
     def cached(self, token: str) -> Principal | None:
         """The principal for ``token`` from the TTL cache, without touching the database."""
@@ -91,12 +98,27 @@ class KeyAuthenticator:
         if hit is not None:
             return hit
         now = time.monotonic()
+        generation = self._generation
         principal = self._load(token)
         with self._lock:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[digest] = (now + self._ttl, principal)
+            if generation == self._generation:
+                self._cache[digest] = (now + self._ttl, principal)
         return principal
+
+    def forget(self, key_id: str) -> None:
+        """Drop ``key_id`` from the cache: its next request is checked against the catalog."""
+        with self._lock:
+            self._generation += 1
+            for digest in [d for d, (_, p) in self._cache.items() if p.key_id == key_id]:
+                del self._cache[digest]
+
+    def forget_all(self) -> None:
+        """Drop every cached key (revocations may have been missed)."""
+        with self._lock:
+            self._generation += 1
+            self._cache.clear()
 
     def _load(self, token: str) -> Principal:
         key_id = parse_token(token)
@@ -122,9 +144,10 @@ class KeyAuthenticator:
         )
 
     def with_current_groups(self, principal: Principal) -> CurrentPrincipal:
-        """The principal with its groups read now: a group change is effective on every
-        replica from the response that acknowledged it, not after the key cache expires."""
-        groups, position = self._groups(principal.tenant_id, principal.principal_id)
+        """The principal with its groups read now: a group change, and the key's revocation
+        (401), are effective on every replica from the response that acknowledged them, not
+        after the key cache expires."""
+        groups, position = self._groups(principal.tenant_id, principal.principal_id, principal.key_id)
         if principal.token_groups:
             groups = tuple(sorted({*groups, *principal.token_groups}))
         return CurrentPrincipal(dataclasses.replace(principal, groups=groups), position)
@@ -133,7 +156,7 @@ class KeyAuthenticator:
         """The end user a delegating key acts for, with groups from the catalog."""
         if not caller.can_delegate:
             raise PermissionDeniedError("this key may not act as another principal")
-        groups, position = self._groups(caller.tenant_id, as_principal)
+        groups, position = self._groups(caller.tenant_id, as_principal, caller.key_id)
         user = Principal(
             tenant_id=caller.tenant_id,
             principal_id=as_principal,
@@ -151,7 +174,7 @@ class KeyAuthenticator:
         """
         if not role_rules.has_role(admin.roles, role_rules.ADMIN):
             raise PermissionDeniedError("only an admin key may search as another principal")
-        groups, position = self._groups(admin.tenant_id, as_principal)
+        groups, position = self._groups(admin.tenant_id, as_principal, admin.key_id)
         user = Principal(
             tenant_id=admin.tenant_id,
             principal_id=as_principal,
@@ -161,9 +184,14 @@ class KeyAuthenticator:
         )
         return CurrentPrincipal(user, position)
 
-    def _groups(self, tenant_id: str, principal_id: str) -> tuple[tuple[str, ...], int]:
+    def _groups(self, tenant_id: str, principal_id: str, key_id: str) -> tuple[tuple[str, ...], int]:
+        """Groups and position, refusing a key revoked before this read (on any replica)."""
         try:
             with self._read_pool.connection() as conn:
-                return repo.groups_and_position(conn, tenant_id=tenant_id, principal_id=principal_id)
+                state = repo.reader_state(conn, tenant_id=tenant_id, principal_id=principal_id, key_id=key_id)
         except (psycopg.Error, PoolTimeout) as exc:  # no group data: fail closed
             raise UnavailableError("permission data is unavailable; refusing to search") from exc
+        if state.key_revoked:
+            self.forget(key_id)
+            raise AuthenticationError("revoked API key")
+        return state.groups, state.position

@@ -11,6 +11,10 @@ from psycopg.rows import kwargs_row
 
 from catalog.changes import record_change
 
+# Revocations are announced on their own channel (payload: the key id) at commit, so every
+# API process drops the key from its authentication cache (authz.revocations).
+KEYS_CHANNEL = "ragline_key_revocations"
+
 
 @dataclass(frozen=True, slots=True)
 class KeyRow:
@@ -53,20 +57,30 @@ def groups_of(conn: psycopg.Connection, *, tenant_id: str, principal_id: str) ->
     return tuple(r[0] for r in rows)
 
 
-def groups_and_position(
-    conn: psycopg.Connection, *, tenant_id: str, principal_id: str
-) -> tuple[tuple[str, ...], int]:
-    """A principal's groups and the catalog change position, read in one statement (one
-    snapshot, one round trip): a search that catches up to that position sees every ACL
-    change acknowledged before the groups were read."""
+@dataclass(frozen=True, slots=True)
+class ReaderState:
+    """What a read is checked against, from one snapshot: the principal's groups, the catalog
+    change position, and whether the calling key has been revoked."""
+
+    groups: tuple[str, ...]
+    position: int
+    key_revoked: bool
+
+
+def reader_state(conn: psycopg.Connection, *, tenant_id: str, principal_id: str, key_id: str) -> ReaderState:
+    """A principal's groups, the catalog change position and the calling key's revocation,
+    read in one statement (one snapshot, one round trip): a search that catches up to that
+    position sees every ACL change acknowledged before the groups were read, and a key
+    revoked before the read is refused. ``key_id`` need not name a row (an OIDC principal's)."""
     row = conn.execute(
         "SELECT coalesce((SELECT array_agg(group_id ORDER BY group_id) FROM group_members"
         " WHERE tenant_id = %s AND principal_id = %s), '{}'::text[]),"
-        " (SELECT coalesce(max(seq), 0) FROM catalog_changes)",
-        (tenant_id, principal_id),
+        " (SELECT coalesce(max(seq), 0) FROM catalog_changes),"
+        " EXISTS (SELECT 1 FROM api_keys WHERE key_id = %s AND revoked_at IS NOT NULL)",
+        (tenant_id, principal_id, key_id),
     ).fetchone()
     assert row is not None  # a SELECT without FROM always returns one row
-    return tuple(row[0]), int(row[1])
+    return ReaderState(tuple(row[0]), int(row[1]), bool(row[2]))
 
 
 def replace_groups(conn: psycopg.Connection, *, tenant_id: str, principal_id: str, groups: list[str]) -> None:
@@ -156,13 +170,23 @@ def list_keys(conn: psycopg.Connection, *, tenant_id: str | None = None) -> list
 
 
 def revoke_key(conn: psycopg.Connection, *, key_id: str, tenant_id: str | None = None) -> bool:
-    """Revoke an active key (only within ``tenant_id`` when given); False if none matched."""
+    """Revoke an active key (only within ``tenant_id`` when given) and announce it on
+    ``KEYS_CHANNEL``, delivered at commit; False if none matched."""
     cur = conn.execute(
         "UPDATE api_keys SET revoked_at = now() WHERE key_id = %s AND revoked_at IS NULL"
         " AND (%s::text IS NULL OR tenant_id = %s)",
         (key_id, tenant_id, tenant_id),
     )
-    return cur.rowcount == 1
+    if cur.rowcount != 1:
+        return False
+    conn.execute("SELECT pg_notify(%s, %s)", (KEYS_CHANNEL, key_id))
+    return True
+
+
+def listen_revocations(conn: psycopg.Connection) -> None:
+    """Subscribe ``conn`` (autocommit) to key revocations; each ``conn.notifies()`` payload is
+    a revoked key's id."""
+    conn.execute(f"LISTEN {KEYS_CHANNEL}")
 
 
 def touch_key(conn: psycopg.Connection, *, key_id: str) -> None:

@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     lst.add_argument("--tenant")
     add_json_flag(lst)
     lst.set_defaults(handler=_list)
-    rev = ksub.add_parser("revoke", help="revoke a key by id; effective within one second")
+    rev = ksub.add_parser(
+        "revoke", help="revoke a key by id; servers refuse it once notified (milliseconds, at most 1 s)"
+    )
     rev.add_argument("key_id")
     rev.set_defaults(handler=_revoke)
 

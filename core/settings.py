@@ -55,6 +55,8 @@ class ApiSettings(Section):
     # A request's top_k when it gives none; lowered to max_top_k when only the maximum is set.
     default_top_k: int = Field(8, ge=1, le=1000)
     max_query_chars: int = Field(2000, ge=16)
+    # How long a process reuses a key's lookup. Revocations drop a key at once (authz.revocations);
+    # this bounds a revoked key's life only while a process cannot hear them.
     key_cache_seconds: float = Field(1.0, ge=0.0, le=1.0)
     # Admission control of the expensive routes (retrieve, push, console search): at most
     # max_inflight at once, max_queued waiting up to queue_timeout_ms, the rest shed with 503

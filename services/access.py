@@ -124,8 +124,11 @@ def create_key(
 
 
 def revoke_key(conn: psycopg.Connection, caller: Caller, authority: Authority, *, key_id: str) -> KeyRow:
-    """Revoke an active key inside the authority's tenant and audit it; the key is refused
-    everywhere within a second (the authenticators' cache TTL). Returns the revoked row.
+    """Revoke an active key inside the authority's tenant and audit it. Returns the revoked row.
+
+    The commit notifies every API process, which drops the key from its cache on hearing it
+    (``authz.revocations``); reads check the key in the catalog anyway. A caller that holds a
+    ``KeyAuthenticator`` (the console route) forgets the key itself before it answers.
 
     Raises:
         NotFoundError: no active key ``key_id`` in reach (another tenant's looks absent).

@@ -1,4 +1,5 @@
-"""What the API server is built from: its request limits, its two pools, its key authenticator.
+"""What the API server is built from: its request limits, its two pools, its key authenticator
+and the listener that keeps the authenticator's cache free of revoked keys.
 
 ``api.app.create_app`` calls these at app creation and in its lifespan; the limits' types
 live in ``core.limits`` so that this package builds them without importing ``api``.
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from psycopg_pool import ConnectionPool
 
 from authz.principals import KeyAuthenticator
+from authz.revocations import RevocationListener
 from catalog.db import open_pool
 from core.limits import AdmissionLimits, KeyLimits, RetrieveLimits
 from core.settings import Settings
@@ -97,3 +99,8 @@ def open_api_pools(settings: Settings, url: str) -> ApiPools:
 def key_authenticator(settings: Settings, pools: ApiPools) -> KeyAuthenticator:
     """API keys checked against the catalog, cached ``api.key_cache_seconds``."""
     return KeyAuthenticator(pools.main, read_pool=pools.read, ttl_seconds=settings.api.key_cache_seconds)
+
+
+def revocation_listener(url: str, auth: KeyAuthenticator) -> RevocationListener:
+    """The thread that drops keys revoked through any process from ``auth``'s cache."""
+    return RevocationListener(url, auth)

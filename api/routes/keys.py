@@ -8,7 +8,7 @@ from datetime import datetime
 from fastapi import APIRouter
 
 from api.console_schemas import KeyCreatedOut, KeyIn, KeyOut, PrincipalOut
-from api.deps import AdminOrOperator, AdminPrincipal, PoolDep
+from api.deps import AdminOrOperator, AdminPrincipal, KeyAuthDep, PoolDep
 from api.errors import error_responses
 from authz.principals import Principal
 from services import access
@@ -75,11 +75,13 @@ def create(body: KeyIn, admin: AdminOrOperator, pool: PoolDep) -> KeyCreatedOut:
 @router.post(
     "/keys/{key_id}:revoke", response_model=KeyOut, responses=error_responses(401, 403, 429, 404, 422)
 )
-def revoke_route(key_id: str, admin: AdminOrOperator, pool: PoolDep) -> KeyOut:
-    """Revoke one of the tenant's keys (an operator key only by an operator); refused
-    everywhere within a second."""
+def revoke_route(key_id: str, admin: AdminOrOperator, pool: PoolDep, auth: KeyAuthDep) -> KeyOut:
+    """Revoke one of the tenant's keys (an operator key only by an operator); refused from
+    this response on by this server, by the others once the revocation's notification
+    reaches them (milliseconds; at most the key cache's second)."""
     with pool.connection() as conn:
         row = access.revoke_key(conn, _console(admin), access.authority_of(admin), key_id=key_id)
+    auth.forget(row.key_id)  # committed: this process refuses it before answering
     return _key_out(row)
 
 
