@@ -25,13 +25,19 @@ DOCS = {
         ("group-a", {"principals": ["group:eng"]}, {"team": "eng"}),
         ("public-a", {"public": True}, {"team": "eng"}),
         ("handbook", {"principals": ["user:alice"]}, {"team": "hr"}),
+        # Shared with a partner identity provider's alice and group (namespace ``partner``):
+        # no key's principal, and no other issuer's alice, reads them.
+        ("partner-a", {"principals": ["user:partner:alice"]}, {"team": "finance"}),
+        ("partner-eng", {"principals": ["group:partner:eng"]}, {"team": "eng"}),
     ],
     "globex": [
         ("public-g", {"public": True}, {"team": "eng"}),
         ("handbook", {"principals": ["user:mallory"]}, {"team": "hr"}),
+        ("partner-g", {"principals": ["user:partner:alice"]}, {"team": "eng"}),
     ],
 }
-# What each (tenant, principal) may read: the oracle.
+# What each (tenant, principal) with an API key may read: the oracle (test_permission_attacks_oidc
+# adds the token principals).
 READABLE = {
     ("acme", "user:alice"): {"secret-a", "group-a", "public-a", "handbook"},
     ("acme", "user:bob"): {"public-a"},
@@ -66,7 +72,10 @@ class World:
     def __init__(self, client: TestClient, db_url: str) -> None:
         self.client = client
         self.ingest = {t: make_key(db_url, t, ["ingest"]) for t in DOCS}
+        # The readers' bearers by (tenant, principal), and what each may read.
         self.readers = {(t, p): make_key(db_url, t, ["query"], principal=p) for (t, p) in READABLE}
+        self.readable = dict(READABLE)
+        self.keys = dict(self.readers)  # kept where a variant reads with tokens instead
         self.delegate = {
             t: make_key(db_url, t, ["query"], principal="service:portal", delegate=True) for t in DOCS
         }
@@ -120,12 +129,19 @@ def test_cross_tenant_reads_in_every_mode_and_filter(world: World) -> None:
                 for rerank in (False, True) if mode == "hybrid" else (False,):
                     resp = world.retrieve(token, mode=mode, filters=filters, rerank=rerank)
                     world.expect_only(
-                        resp, READABLE[(tenant, principal)], tenant, f"{tenant}/{principal} {mode} {filters}"
+                        resp,
+                        world.readable[(tenant, principal)],
+                        tenant,
+                        f"{tenant}/{principal} {mode} {filters}",
                     )
-    # The oracle is reachable: alice does see her own documents (the suite is not vacuous).
-    own = world.retrieve(world.readers[("acme", "user:alice")], mode="lexical")
-    assert {r["document_external_id"] for r in own.json()["results"]} == READABLE[("acme", "user:alice")]
-    assert world.leaks == [] and world.checks == 4 * (2 + 1 + 1) * len(FILTERS)
+    # The oracle is reachable: every reader sees all it may (the suite is not vacuous).
+    for (tenant, principal), token in world.readers.items():
+        own = world.retrieve(token, mode="lexical")
+        world.checks += 1
+        got = {r["document_external_id"] for r in own.json()["results"]}
+        if got != world.readable[(tenant, principal)]:
+            world.leaks.append(f"{tenant}/{principal} sees {sorted(got)}, not all it may")
+    assert world.leaks == [] and world.checks == len(world.readers) * ((2 + 1 + 1) * len(FILTERS) + 1)
 
 
 def test_as_principal_abuse(world: World) -> None:
