@@ -67,23 +67,27 @@ class Jwks:
             UnavailableError: no keys yet, or a fetch for this issuer is pending.
         """
         with self._lock:
-            found = self._find(kid)
+            found = self._cached(kid)
             if found is not None:
                 return found
-            if self._pending is not None:
-                raise UnavailableError("the identity provider's keys are being fetched; retry shortly")
             started = self._start_fetch() if self._may_fetch() else None
         if started is not None:
             wait_for([started], timeout=self._wait_s)
         with self._lock:
-            found = self._find(kid)
+            found = self._cached(kid)
             if found is not None:
                 return found
-            if self._pending is not None:
-                raise UnavailableError("the identity provider's keys are being fetched; retry shortly")
             if not self._keys:
                 raise UnavailableError("the identity provider's keys are unavailable")
         raise AuthenticationError("token signed with a key its issuer does not publish")
+
+    def _cached(self, kid: str | None) -> dict[str, Any] | None:
+        """The cached key ``kid`` names, None if absent; refused while a fetch is pending (the
+        caller holds the lock)."""
+        found = self._find(kid)
+        if found is None and self._pending is not None:
+            raise UnavailableError("the identity provider's keys are being fetched; retry shortly")
+        return found
 
     def refresh_if_stale(self) -> None:
         """Start a background fetch if the keys are older than ``cache_s`` (or absent)."""

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import ServiceHook, create_app
-from api.services import ingest_hook, search_hook
+from api.services import audit_hook, ingest_hook, search_hook
 from authz.api_keys import create_key
 from catalog import indexes
 from core.settings import Settings
@@ -55,9 +55,11 @@ def full_client(db_url: str, tmp_path: Path, embedder) -> Iterator[TestClient]:
     yield from serving_client(full_settings(db_url, tmp_path), embedder)
 
 
-def serving_client(settings: Settings, embedder) -> Iterator[TestClient]:
-    """``full_client`` with other settings (use it as a fixture body: ``yield from``)."""
+def serving_client(settings: Settings, embedder, *, audit: bool = False) -> Iterator[TestClient]:
+    """``full_client`` with other settings (use it as a fixture body: ``yield from``), and with
+    the retrieve audit writer where ``audit``."""
     hooks: list[ServiceHook] = [
+        *([audit_hook] if audit else []),
         partial(ingest_hook, embedder=embedder),
         partial(search_hook, embedder=embedder),
     ]

@@ -7,25 +7,21 @@ rebuild the purge says which aliases still hold it, and GC says why it keeps the
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import secrets
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import ServiceHook, create_app
-from api.services import audit_hook, ingest_hook, search_hook
 from catalog import indexes
 from cli.main import main
 from core.settings import get_settings
 from jobs.rebuild_job import rebuild
 from tests import factories
-from tests.integration.api.conftest import full_settings, make_key, push_and_wait, swap_live
+from tests.integration.api.conftest import full_settings, make_key, push_and_wait, serving_client, swap_live
 from tests.integration.api.test_purge import _grep, _in_tables, cli_env  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -44,15 +40,7 @@ def _auth(token: str) -> dict[str, str]:
 def audited_client(db_url: str, tmp_path: Path, embedder, cli_env: None) -> Iterator[TestClient]:  # noqa: F811
     """The whole API with the retrieve audit on and query text stored, on the CLI's data dir."""
     settings = full_settings(db_url, tmp_path, audit={"store_query_text": True})
-    hooks: list[ServiceHook] = [
-        audit_hook,
-        partial(ingest_hook, embedder=embedder),
-        partial(search_hook, embedder=embedder),
-    ]
-    with TestClient(create_app(settings, hooks=hooks)) as client:
-        runner = client.app.state.runner  # type: ignore[attr-defined]
-        runner.config = dataclasses.replace(runner.config, use_ray=False)
-        yield client
+    yield from serving_client(settings, embedder, audit=True)
 
 
 def _pinned_setup(client: TestClient, db_url: str) -> str:

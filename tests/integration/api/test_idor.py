@@ -13,12 +13,10 @@ binding to the caller's own request, on the same world.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +25,12 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette import testclient
 
-from api.app import ServiceHook, create_app
-from api.services import audit_hook, ingest_hook, search_hook
 from authz.api_keys import create_key
 from jobs.rebuild_job import rebuild
 from testkit.server import auth
 from tests import factories
 from tests.conftest import truncate_all
-from tests.integration.api.conftest import full_settings, push_and_wait, swap_live, wait_job
+from tests.integration.api.conftest import full_settings, push_and_wait, serving_client, swap_live, wait_job
 
 # The TestClient's responses: httpx2's where it is installed (starlette prefers it), else httpx's.
 Response = testclient.httpx.Response
@@ -77,14 +73,7 @@ def world(pg_url: str, tmp_path_factory: pytest.TempPathFactory, embedder) -> It
     truncate_all(pg_url)
     tmp = tmp_path_factory.mktemp("idor")
     settings = full_settings(pg_url, tmp, audit={"store_query_text": True})
-    hooks: list[ServiceHook] = [
-        audit_hook,
-        partial(ingest_hook, embedder=embedder),
-        partial(search_hook, embedder=embedder),
-    ]
-    with TestClient(create_app(settings, hooks=hooks)) as client:
-        state = client.app.state  # type: ignore[attr-defined]
-        state.runner.config = dataclasses.replace(state.runner.config, use_ray=False)
+    for client in serving_client(settings, embedder, audit=True):
         yield _build(client, pg_url, tmp)
 
 
