@@ -135,10 +135,10 @@ def test_incremental_by_diff_renames_keep_ids_and_acl_change_locks_out(
     assert (changed.pushed, changed.unchanged, changed.deleted, changed.failed) == (3, 1, 1, 0)
     assert "lunch.txt" not in ids(bob, "soup pasta fish")
     assert "runbooks/restore.md" in ids(bob, "restore base backup replay WAL")
-    # The renamed file keeps the id it had: one document, no duplicate under the new path.
-    # (Its metadata still names the old path: the server keeps a document's metadata when a
-    # re-push brings the same content.)
+    # The renamed file keeps the id it had: one document, no duplicate under the new path;
+    # the unchanged re-push updates its metadata, so it names the new path.
     assert "guide/vpn.html" in ids(bob, "install the wireguard profile laptop")
+    assert hit(bob, "install the wireguard profile laptop", "guide/vpn.html")["path"] == "guide/wireguard.html"
     assert "guide/wireguard.html" not in ids(bob, "install the wireguard profile laptop")
     assert live_tenant.versions("guide/vpn.html") == 1
     assert client.connector_state("git-work").documents["guide/vpn.html"].startswith("git:")
