@@ -19,6 +19,7 @@ from core.records import ParsedDocument, SectionKind
 from ingest import ocr
 from ingest.limits import check_deadline
 from ingest.ocr import OcrOptions, OcrReport
+from ingest.pdf_tables import find_tables
 from ingest.text import Block, assemble, table_blocks
 
 _MARGIN_ZONE = 0.08  # top/bottom share of the page where running headers live
@@ -219,7 +220,7 @@ def _extract_page(page: Any, number: int, flags: int, warnings: list[str], reade
     has_graphics = bool(paths) or any("image" in kind for kind, _ in log)
     # Only strokes long enough to be table rules count: TeX draws underscores as paths.
     rules = sum(1 for x0, y0, x1, y1 in paths if max(x1 - x0, y1 - y0) >= _MIN_RULE_LENGTH)
-    tables = _tables(page, number, warnings) if rules >= _MIN_TABLE_RULES else []
+    tables = _tables(page, number, flags, warnings) if rules >= _MIN_TABLE_RULES else []
     width = page.rect.width
     # TEXTFLAGS_TEXT leaves images out of the dict: their pixels would cost memory for nothing.
     content = page.get_text("dict", sort=True, flags=flags)
@@ -239,20 +240,9 @@ def _extract_page(page: Any, number: int, flags: int, warnings: list[str], reade
     return _Page(number, page.rect.height, tuple(_reading_order(regions, width)), has_graphics)
 
 
-def _tables(page: Any, number: int, warnings: list[str]) -> list[_Region]:
+def _tables(page: Any, number: int, flags: int, warnings: list[str]) -> list[_Region]:
     try:
-        try:
-            # PyMuPDF 2 gates tables by an ONNX layout model (~1 s a page); the line
-            # finder alone is what we want.
-            found = page.find_tables(use_layout=False)
-        except TypeError:
-            found = page.find_tables()
-        regions = []
-        for table in found.tables:
-            rows = tuple(tuple(" ".join((cell or "").split()) for cell in row) for row in table.extract())
-            if len(rows) >= 2 and max(len(row) for row in rows) >= 2 and any(any(row) for row in rows):
-                regions.append(_Region(bbox=tuple(table.bbox), table=rows))
-        return regions
+        return [_Region(bbox=table.bbox, table=table.rows) for table in find_tables(page, flags)]
     except Exception as exc:  # the table finder is heuristic; text still flows
         warnings.append(f"table_detection_failed: page {number} ({type(exc).__name__})")
         return []
