@@ -137,9 +137,7 @@ def test_a_reranker_that_cannot_finish_in_the_budget_is_refused_with_its_latency
     # nDCG is unchanged and the quality rule alone passed it. A 1 ms budget makes the neutral
     # model (which passes above at the default budget) that model on any machine.
     collection = write_collection(tmp_path / "tokens")
-    settings = Settings(
-        data_dir=tmp_path / "data", database_url=db_url, rerank=RerankSettings(budget_ms=1)
-    )
+    settings = Settings(data_dir=tmp_path / "data", database_url=db_url, rerank=RerankSettings(budget_ms=1))
     report = gate(
         settings, "ts", CALLER, model=models.neutral, dataset=collection, embedder=embedder, use_ray=False
     )
