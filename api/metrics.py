@@ -2,10 +2,11 @@
 
 ``MetricsMiddleware`` times every HTTP request by route template and status class.
 ``StateCollector`` reads the node's state at scrape time (live version per alias, shard
-vectors and hidden fractions, delta size, batch queue depths, catalog lag, jobs by state),
-so nothing on the request path updates a gauge. Under ``--workers > 1`` (``PROMETHEUS_
-MULTIPROC_DIR`` set) the counters and histograms of every worker are merged; the state gauges
-are the scraped worker's own view, which every worker keeps current the same way.
+vectors and hidden fractions, delta size, batch queue depths, tenants whose rerank is
+suspended, catalog lag, jobs by state), so nothing on the request path updates a gauge.
+Under ``--workers > 1`` (``PROMETHEUS_MULTIPROC_DIR`` set) the counters and histograms of
+every worker are merged; the state gauges are the scraped worker's own view, which every
+worker keeps current the same way.
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ class StateCollector(Collector):
         if search is not None and snap is not None:
             yield from self._serving(search, snap)
         yield from self._queues(search, getattr(state, "observer", None))
+        if search is not None and search.breakers is not None:
+            suspended = GaugeMetricFamily(
+                "ragline_rerank_suspended_tenants",
+                "Tenants whose reranking this node suspends now (rerank breaker open or half-open).",
+            )
+            suspended.add_metric([], float(search.breakers.suspended()))
+            yield suspended
         yield from self._catalog(search)
 
     def _serving(self, search: SearchService, snap: ServingIndex) -> Iterator[Metric]:

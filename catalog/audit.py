@@ -102,7 +102,8 @@ ACTIONS: Mapping[str, Shape] = {
         "sources",
     ),
     # ``ragline reranker gate``: the model, whether it is on now, forced off, and the gate's
-    # numbers (nDCG@10 without/with, the mean difference and its 95% interval, queries).
+    # numbers (nDCG@10 without/with, the mean difference and its 95% interval, queries), the
+    # rerank latency it measured against the budget and why it refused the model (issue 44).
     "reranker.gate": _write(
         "tenant id",
         "model",
@@ -115,6 +116,8 @@ ACTIONS: Mapping[str, Shape] = {
         "interval",
         "queries",
         "sources",
+        "latency",
+        "refused",
     ),  # fmt: skip
     "reranker.off": _write("tenant id", "model", "had_row"),  # ``ragline reranker off``
     # ``ragline adapt``: the models written (not served: reembed and the reranker gate decide),

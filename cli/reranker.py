@@ -132,6 +132,16 @@ def format_gate(report: GateReport) -> str:
     lo, hi = report.interval
     verdict = "passed" if report.passed else "FAILED"
     state = "on" if report.enabled else "off" + (" (--force-off)" if report.forced_off else "")
+    lat = report.latency
+    latency = (
+        []
+        if lat is None
+        else [
+            f"rerank latency per query: p50 {lat.p50_ms:.0f} ms, p95 {lat.p95_ms:.0f} ms"
+            f" (budget {lat.budget_ms} ms); {lat.reranked} of {lat.queries} reranked"
+            f" ({lat.reranked_share:.0%})"
+        ]
+    )
     return "\n".join(
         [
             f"tenant {report.tenant}: {report.queries} judged queries ({', '.join(report.sources)}),"
@@ -140,7 +150,9 @@ def format_gate(report: GateReport) -> str:
             f"nDCG@10 without {report.ndcg_without:.4f}, with {report.ndcg_with:.4f}"
             f" ({report.ndcg_difference:+.4f}, 95% {lo:+.4f}..{hi:+.4f});"
             f" {report.unreranked_queries} answers not reranked (over budget or failed)",
+            *latency,
             f"rule: {report.rule}",
+            *(f"refused: {reason}" for reason in report.refused),
             f"gate {verdict}: the tenant's reranker is {state}",
         ]
     )

@@ -82,9 +82,16 @@ def _gate_cell(gate: dict[str, Any] | None) -> str:
     lo, hi = gate["interval"]
     verdict = "passed" if gate["passed"] else "failed"
     forced = ", forced off" if gate.get("forced_off") else ""
+    lat = gate.get("latency")  # gates before issue 44 measured none
+    latency = (
+        f", rerank p95 {lat['p95_ms']:.0f}/{lat['budget_ms']} ms, {lat['reranked_share']:.0%} reranked"
+        if lat
+        else ""
+    )
     return (
         f"{verdict}{forced}: nDCG@10 {gate['ndcg_without']:.4f} -> {gate['ndcg_with']:.4f}"
         f" ({gate['ndcg_difference']:+.4f}, 95% {lo:+.4f}..{hi:+.4f}), {gate['queries']} queries"
+        f"{latency}"
     )
 
 

@@ -73,6 +73,14 @@ class UnavailableError(RaglineError):
     http_status = 503
 
 
+class RerankTimeout(RaglineError):
+    """A rerank request did not finish within its time budget (``rerank.batching``); here so
+    the request path (``retrieve``) can tell it from other rerank failures."""
+
+    code = "rerank_timeout"
+    http_status = 504
+
+
 class OverloadedError(RaglineError):
     """The admission gate shed the request (its queue is full or the wait ran out); retry shortly."""
 

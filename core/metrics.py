@@ -90,18 +90,26 @@ DEADLINE_EXCEEDED = Counter(
     ["route"],
 )
 RATE_LIMITED = Counter("ragline_rate_limited_total", "Requests refused with 429, by limit.", ["limit"])
+RERANK_BREAKER_TRANSITIONS = Counter(
+    "ragline_rerank_breaker_transitions_total",
+    "Tenants' rerank circuit breakers changing state (open: reranking suspended after repeated"
+    " timeouts; half_open: one trial; closed: resumed), by the state entered.",
+    ["state"],
+)
 AUDIT_WRITTEN = Counter("ragline_audit_events_written_total", "Retrieve audit events written.")
 AUDIT_DROPPED = Counter(
     "ragline_audit_events_dropped_total", "Retrieve audit events dropped (queue full or write failed)."
 )
 
 # Degraded reasons are free text for the response; the label is one of these classes.
-DEGRADED_REASONS = ("timeout", "not_configured", "error")
+DEGRADED_REASONS = ("suspended", "timeout", "not_configured", "error")
 
 
 def degraded_reason(reason: str) -> str:
     """The bounded label for a degraded stage's free-text reason."""
     text = reason.lower()
+    if "suspended" in text:  # a tenant's rerank breaker is open: skipped, no budget spent
+        return "suspended"
     if "timed out" in text or "timeout" in text:
         return "timeout"
     if "not configured" in text or "no reranker" in text:

@@ -210,6 +210,11 @@ class RerankSettings(Section):
     # Tenants' own gated rerankers one node keeps loaded (least recently used dropped first):
     # each is a model in memory (~90 MB for a MiniLM cross-encoder) and its batcher thread.
     tenant_models: int = Field(4, ge=1, le=64)
+    # A tenant's reranking is suspended (answers degraded "rerank suspended", unreranked, at
+    # once) after this many consecutive rerank timeouts on one node, for breaker_cooldown_s;
+    # then one request tries again: in budget resumes, a timeout suspends again. 0: never.
+    breaker_timeouts: int = Field(5, ge=0, le=10_000)
+    breaker_cooldown_s: float = Field(60.0, gt=0.0, le=86_400.0)
 
 
 class LimitsSettings(Section):

@@ -15,10 +15,18 @@ point of nDCG@10. A weak reranker blended at full weight costs nDCG (``docs/benc
 "Why the mined reranker lowers nDCG"), and a gain the judged queries cannot tell from noise
 with a wide interval is not "no worse", so such a model stays off. A model that changes no
 ranking (difference 0 everywhere) passes: it is no worse, only slower.
+
+A model must also rerank within the serving budget (:func:`refusals`, issue 44): an answer the
+reranker did not order within ``[rerank] budget_ms`` is the fused order, so a model too slow
+for this machine scores "no worse" on nDCG while every served answer would wait out the budget
+and come back unreranked. The gate refuses it when fewer than ``MIN_RERANKED_SHARE`` of the
+judged queries were reranked, or when the rerank stage's 95th percentile is over the budget;
+the report carries the rerank latency it measured (p50, p95, per query) beside the budget.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -42,12 +50,61 @@ from wiring.search import load_batching_reranker
 
 TOLERANCE = 0.005  # the largest loss of mean nDCG@10 the interval's lower bound may allow
 MIN_QUERIES = 5  # fewer: no interval worth the name
-RULE = f"mean nDCG@10 difference >= 0 and its 95% interval's lower bound >= -{TOLERANCE}"
+# The judged queries that must come back reranked within the budget: a model that leaves more
+# than one in twenty in the fused order would leave as many served answers waiting out the budget.
+MIN_RERANKED_SHARE = 0.95
+RULE = (
+    f"mean nDCG@10 difference >= 0 and its 95% interval's lower bound >= -{TOLERANCE};"
+    f" >= {MIN_RERANKED_SHARE:.0%} of the queries reranked and the rerank p95 within the budget"
+)
 
 
 def passes(mean_difference: float, interval: tuple[float, float]) -> bool:
-    """The gate's rule: no worse on average, and no plausible loss beyond ``TOLERANCE``."""
+    """The gate's quality rule: no worse on average, and no plausible loss beyond ``TOLERANCE``."""
     return mean_difference >= 0 and interval[0] >= -TOLERANCE
+
+
+@dataclass(frozen=True, slots=True)
+class GateLatency:
+    """What the rerank stage cost per judged query, as served (``timings_ms["rerank"]``)."""
+
+    budget_ms: int  # [rerank] budget_ms: a rerank past it is abandoned, the answer unreranked
+    p50_ms: float
+    p95_ms: float
+    queries: int
+    reranked: int  # queries whose answer the model ordered within the budget
+    reranked_share: float
+
+    @classmethod
+    def of(cls, rerank_ms: list[float], reranked: int, budget_ms: int) -> GateLatency:
+        n = len(rerank_ms)
+        return cls(
+            budget_ms, round(_percentile(rerank_ms, 50), 1), round(_percentile(rerank_ms, 95), 1), n,
+            reranked, round(reranked / n, 4) if n else 0.0,
+        )  # fmt: skip
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile (0 for no values): a p95 of 16 queries is their slowest but
+    none, not an interpolation below a query that did run over."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def refusals(latency: GateLatency) -> list[str]:
+    """Why the gate refuses a model whatever its nDCG (empty: none): answers it did not rerank,
+    or a rerank slower than the serving budget."""
+    out = []
+    if latency.reranked_share < MIN_RERANKED_SHARE:
+        out.append(
+            f"only {latency.reranked} of {latency.queries} judged queries were reranked within the"
+            f" {latency.budget_ms} ms budget (at least {MIN_RERANKED_SHARE:.0%} must be)"
+        )
+    if latency.p95_ms > latency.budget_ms:
+        out.append(f"rerank p95 {latency.p95_ms:.0f} ms is over the {latency.budget_ms} ms budget")
+    return out
 
 
 @dataclass(slots=True)
@@ -68,7 +125,9 @@ class GateReport:
     forced_off: bool
     rule: str = RULE
     unreranked_queries: int = 0  # "with" answers the reranker did not order (over budget, failed)
-    per_query: list[dict[str, Any]] = field(default_factory=list)  # id, without, with
+    latency: GateLatency | None = None  # the rerank stage per query against the budget
+    refused: list[str] = field(default_factory=list)  # :func:`refusals`: failed whatever the nDCG
+    per_query: list[dict[str, Any]] = field(default_factory=list)  # id, without, with, rerank_ms
     index_version: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -81,12 +140,19 @@ def _ndcg10(result: RetrieveResult, qrels: dict[str, int]) -> float:
     return ndcg_at_k(docs, qrels, 10)
 
 
+@dataclass(frozen=True, slots=True)
+class _Paired:
+    pairs: list[tuple[float, float]]  # each query's nDCG@10 without and with the reranker
+    rerank_ms: list[float]  # each "with" answer's rerank stage (the budget when it ran over)
+    unreranked: int  # "with" answers the reranker did not order
+    version: str  # the index version searched
+
+
 def _paired(
     service: SearchService, queries: list[JudgedQuery], choice: RerankChoice, *, tenant: str, top_k: int
-) -> tuple[list[tuple[float, float]], int, str]:
-    """Each query's nDCG@10 without and with the reranker; how many "with" answers it did not
-    order; the index version searched."""
-    pairs, unreranked, version = [], 0, ""
+) -> _Paired:
+    """Each query searched without and with the reranker, as served."""
+    pairs, rerank_ms, unreranked, version = [], [], 0, ""
     for q in queries:
         acl = AclFilter(tenant_id=tenant, readers=q.readers)
         request = RetrieveRequest(
@@ -95,9 +161,10 @@ def _paired(
         without = service.retrieve(request, acl)
         with_ = service.retrieve(replace(request, rerank=True), acl, rerank_with=choice)
         unreranked += with_.reranker is None
+        rerank_ms.append(with_.timings_ms.get("rerank", 0.0))
         version = with_.index_version
         pairs.append((_ndcg10(without, q.qrels), _ndcg10(with_, q.qrels)))
-    return pairs, unreranked, version
+    return _Paired(pairs, rerank_ms, unreranked, version)
 
 
 def gate(
@@ -116,8 +183,9 @@ def gate(
     use_ray: bool = True,
 ) -> GateReport:
     """Measure ``model`` on the tenant's judged queries and store the decision: the tenant's
-    reranker row on when :func:`passes` (and not ``force_off``), else off with the report
-    (it stays off); audited either way (``reranker.gate``).
+    reranker row on when :func:`passes` and nothing :func:`refusals` it (and not
+    ``force_off``), else off with the report (it stays off); audited either way
+    (``reranker.gate``).
 
     Raises:
         InvalidInputError: no source named, no model folder, fewer than ``MIN_QUERIES``
@@ -138,16 +206,19 @@ def gate(
     scorer = load_batching_reranker(settings, path)
     try:
         choice = RerankChoice(scorer, model.name)
-        pairs, unreranked, version = _paired(service, queries, choice, tenant=tenant, top_k=top_k)
+        measured = _paired(service, queries, choice, tenant=tenant, top_k=top_k)
     finally:
         scorer.close()
         close()
         pool.close()
     searched = time.monotonic()
+    pairs, rc = measured.pairs, service.rerank_config
     differences = [w - wo for wo, w in pairs]
     interval = cv.bootstrap_interval(differences, seed=seed)
     difference = cv.mean(differences)
-    passed = passes(difference, interval)
+    latency = GateLatency.of(measured.rerank_ms, len(pairs) - measured.unreranked, rc.budget_ms)
+    refused = refusals(latency)
+    passed = passes(difference, interval) and not refused
     outcome = GateOutcome(
         model=path,
         passed=passed,
@@ -159,19 +230,21 @@ def gate(
         queries=len(pairs),
         sources=sources,
         rule=RULE,
+        latency=asdict(latency),
+        refused=refused,
     )
     with psycopg.connect(url) as conn:
         record_gate(conn, caller, tenant_id=tenant, outcome=outcome)
-    rc = service.rerank_config
     return GateReport(
         tenant=tenant, model=path, sources=sources, queries=len(pairs), top_k=top_k,
         candidates=rc.candidates, blend=rc.blend, ndcg_without=outcome.ndcg_without,
         ndcg_with=outcome.ndcg_with, ndcg_difference=outcome.ndcg_difference, interval=outcome.interval,
-        passed=passed, enabled=outcome.enabled, forced_off=force_off, unreranked_queries=unreranked,
+        passed=passed, enabled=outcome.enabled, forced_off=force_off,
+        unreranked_queries=measured.unreranked, latency=latency, refused=refused,
         per_query=[
-            {"query_id": q.query_id, "without": round(wo, 4), "with": round(w, 4)}
-            for q, (wo, w) in zip(queries, pairs, strict=True)
+            {"query_id": q.query_id, "without": round(wo, 4), "with": round(w, 4), "rerank_ms": ms}
+            for q, (wo, w), ms in zip(queries, pairs, measured.rerank_ms, strict=True)
         ],
-        index_version=version,
+        index_version=measured.version,
         seconds={"prepare": round(prepared - started, 1), "search": round(searched - prepared, 1)},
     )  # fmt: skip

@@ -15,15 +15,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from core.batching import MicroBatcher, aresult_within, result_within
-from core.errors import ConfigError, RaglineError
+from core.errors import ConfigError, RerankTimeout
 from rerank.scoring import Pair, PairScorer
 
-
-class RerankTimeout(RaglineError):
-    """A rerank request did not finish within its time budget."""
-
-    code = "rerank_timeout"
-    http_status = 504
+__all__ = ["BatchingReranker", "RerankTimeout"]
 
 
 class BatchingReranker:

@@ -23,7 +23,7 @@ from catalog.fusion import FusionMethod, FusionOverride
 from catalog.rerankers import TenantReranker
 from catalog.serving import ChunkDetail, chunk_details
 from core import tracing
-from core.errors import InvalidInputError, UnavailableError
+from core.errors import InvalidInputError, RerankTimeout, UnavailableError
 from core.records import Hit
 from index.tokens import CachedTokenCounter, TokenCounter
 from retrieve.fusion import FusedHit, convex, rerank_fusion, rrf, single_list
@@ -31,6 +31,7 @@ from retrieve.hybrid import HybridSearcher, Masks, StageLog, build_masks
 from retrieve.packing import PackedContext, PackItem, pack_context
 from retrieve.query_embedding import QueryEmbedders
 from retrieve.remote import RemoteShards
+from retrieve.rerank_breaker import Outcome, RerankBreakers
 from retrieve.serving import ServingIndex, ShardStats
 from retrieve.watcher import IndexWatcher
 
@@ -180,10 +181,12 @@ class SearchService:
         reranker: Scorer | None = None,
         shards: RemoteShards | None = None,
         tenant_rerankers: TenantModels | None = None,
+        breakers: RerankBreakers | None = None,
     ) -> None:
         """``reranker``: the server's own, for tenants without a reranker row of their own;
         ``tenant_rerankers``: the models of tenants' gated rerankers (``catalog.rerankers``);
-        ``shards``: shard servers on other nodes search the version instead of this process."""
+        ``shards``: shard servers on other nodes search the version instead of this process;
+        ``breakers``: a tenant's reranking is suspended after repeated timeouts (none: never)."""
         self.shards = shards
         self.watcher, self.state, self.read_pool = watcher, watcher.state, read_pool
         self.searcher, self.embedders, self.counter, self.reranker = searcher, embedders, counter, reranker
@@ -194,6 +197,7 @@ class SearchService:
         # tenant -> (its reranker row, the position it was read at); the models by folder
         self._tenant_reranker: dict[str, tuple[TenantReranker | None, int]] = {}
         self.tenant_rerankers = tenant_rerankers
+        self.breakers = breakers
 
     # --- the index behind it, for the health and admin routes ------------------------------
     def readiness(self) -> str:
@@ -247,7 +251,8 @@ class SearchService:
         """Search as ``acl`` allows, on a view caught up to ``catalog_position`` (read now if None).
 
         The reranker is the tenant's (:meth:`rerank_choice`), or ``rerank_with`` where given
-        (``ragline reranker gate`` measures a model exactly as it would serve).
+        (``ragline reranker gate`` measures a model exactly as it would serve, so the
+        tenant's breaker neither skips nor counts its reranks).
 
         Stages: freshness, ACL masks, candidates, fusion, details (the ACL re-checked in SQL),
         rerank (optional), packing. Traced (when tracing is on) as a ``retrieve`` span with a
@@ -274,17 +279,21 @@ class SearchService:
         slog = StageLog()
         snap, fusion, found = self._first_stages(req, acl, catalog_position, slog)
         fused = self._fuse(*found, fusion, slog) if found is not None else []
-        choice = rerank_with
+        choice, breaker = rerank_with, None
         if choice is None:
-            choice = self._rerank_choice(acl.tenant_id, req.rerank, slog)
+            choice, breaker = self._admitted(self._rerank_choice(acl.tenant_id, req.rerank, slog), acl, slog)
         reranker, reranked_by = choice.scorer, None
         want = max(req.top_k, self.rerank_config.candidates if reranker is not None else 0)
-        ranked = self._details(fused, want, acl, slog)
-        fused_rank = None
-        if reranker is not None and ranked:
-            fused_rank = {f.chunk_id: i for i, (f, _) in enumerate(ranked, start=1)}
-            ranked, scored = self._rerank(reranker, req.query, ranked, fusion, slog)
-            reranked_by = choice.name if scored else None
+        fused_rank, outcome = None, None
+        try:
+            ranked = self._details(fused, want, acl, slog)
+            if reranker is not None and ranked:
+                fused_rank = {f.chunk_id: i for i, (f, _) in enumerate(ranked, start=1)}
+                ranked, outcome = self._rerank(reranker, req.query, ranked, fusion, slog)
+                reranked_by = choice.name if outcome == "reranked" else None
+        finally:
+            if breaker is not None:  # admitted: its outcome counts (no rerank ran: "error")
+                breaker.record(acl.tenant_id, outcome or "error")
         ranks = _stage_ranks(ranked, req.top_k, fused_rank)
         items = [
             ResultItem(d, f.score, dict(f.stage_scores), r) for (f, d), r in zip(ranked, ranks, strict=False)
@@ -330,6 +339,20 @@ class SearchService:
             slog.degrade("rerank", f"the tenant's reranker did not load: {type(exc).__name__}")
             return NO_RERANK
         return RerankChoice(scorer, _model_name(row.model))
+
+    def _admitted(
+        self, choice: RerankChoice, acl: AclFilter, slog: StageLog
+    ) -> tuple[RerankChoice, RerankBreakers | None]:
+        """``choice`` and the breaker its outcome must be recorded with, when the tenant's
+        breaker lets it rerank; none (a degradation says it is suspended) when not, at once
+        rather than after another budget spent."""
+        if choice.scorer is None or self.breakers is None:
+            return choice, None
+        admission = self.breakers.admit(acl.tenant_id)
+        if not admission.rerank:
+            slog.degrade("rerank", admission.reason)
+            return NO_RERANK, None
+        return choice, self.breakers
 
     def _reranker_row(self, tenant_id: str) -> TenantReranker | None:
         """The tenant's reranker row from a copy kept until the view applies a later setting
@@ -523,9 +546,9 @@ class SearchService:
         ranked: list[tuple[FusedHit, ChunkDetail]],
         fusion: FusionConfig,
         slog: StageLog,
-    ) -> tuple[list[tuple[FusedHit, ChunkDetail]], bool]:
+    ) -> tuple[list[tuple[FusedHit, ChunkDetail]], Outcome]:
         """The hits reordered by the reranker (blended as ``RerankConfig.blend`` says) and
-        True; the fused order and False when scoring failed or ran over budget."""
+        "reranked"; the fused order and "timeout" (over budget) or "error" otherwise."""
         t = time.perf_counter()
         try:
             scores = reranker.score(
@@ -534,7 +557,7 @@ class SearchService:
         except Exception as exc:  # over budget or broken: keep the fused order
             slog.degrade("rerank", f"{type(exc).__name__}: kept the fused order")
             slog.time("rerank", t)
-            return ranked, False
+            return ranked, "timeout" if isinstance(exc, RerankTimeout) else "error"
         hits = [f for f, _ in ranked]
         if self.rerank_config.blend == "rrf":
             order = rerank_fusion(hits, scores, k=fusion.rrf_k)
@@ -543,7 +566,7 @@ class SearchService:
         details = {f.chunk_id: d for f, d in ranked}
         out = [(hit, details[hit.chunk_id]) for hit in order]
         slog.time("rerank", t)
-        return out, True
+        return out, "reranked"
 
     def _pack(self, items: list[ResultItem], req: RetrieveRequest) -> PackedContext:
         if req.max_context_tokens <= 0:  # callers that only rank (the evaluation harness)

@@ -6,7 +6,7 @@ The measurement lives above (``evaluation.reranker_gate``); this is the write.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -34,6 +34,11 @@ class GateOutcome:
     queries: int
     sources: list[str]  # dataset paths and/or "feedback"
     rule: str  # the decision rule, in words
+    # The rerank stage as measured against the serving budget (evaluation.reranker_gate's
+    # GateLatency: budget_ms, p50_ms, p95_ms, queries, reranked, reranked_share) and why the
+    # gate refused the model whatever its nDCG (not reranked within the budget).
+    latency: dict[str, Any] | None = None
+    refused: list[str] = field(default_factory=list)
 
     @property
     def enabled(self) -> bool:
@@ -51,6 +56,8 @@ class GateOutcome:
             "queries": self.queries,
             "sources": self.sources,
             "rule": self.rule,
+            "latency": self.latency,
+            "refused": self.refused,
         }
 
 

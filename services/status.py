@@ -47,6 +47,7 @@ _EXAMPLE: dict[str, Any] = {
     "last_migration": {"number": 3, "name": "audit_retention", "applied_at": "2026-12-01T08:00:00Z"},
     "capacity": None,
     "node": None,
+    "rerank_breakers": [],
 }
 
 
@@ -109,6 +110,22 @@ class NodeStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class RerankBreakerStatus:
+    """A tenant's rerank circuit breaker on the answering node (``retrieve.rerank_breaker``)."""
+
+    tenant_id: str
+    state: Literal["closed", "open", "half_open"] = field(
+        metadata={
+            "description": "open: its answers skip the reranker (degraded 'rerank suspended') after"
+            " repeated rerank timeouts; half_open: one trial request reranks; closed: reranking."
+        }
+    )
+    consecutive_timeouts: int
+    opened: int = field(metadata={"description": "Times it opened since this node started."})
+    retry_in_s: float | None = field(metadata={"description": "Open: seconds until the next trial."})
+
+
+@dataclass(frozen=True, slots=True)
 class StatusReport:
     """``GET /v1/admin/status`` and ``ragline status``: the deployment from the catalog, and
     (the API, for an operator) this replica's view. ``model`` is the model that answers: the
@@ -148,6 +165,13 @@ class StatusReport:
             " tenant's chunks or changes)."
         },
     )
+    rerank_breakers: list[RerankBreakerStatus] = field(
+        default_factory=list,
+        metadata={
+            "description": "The answering node's tenants with a rerank timeout or a suspension since"
+            " it started (a tenant admin: its own); empty from the CLI, which serves nothing."
+        },
+    )
 
 
 def deployment_status(
@@ -164,6 +188,12 @@ def deployment_status(
     report = status_report(
         conn, alias=alias, default_model=default_model, index_root=index_root, tenant_id=tenant_id
     )
+    if search is not None and search.breakers is not None:
+        breakers = [
+            RerankBreakerStatus(b.tenant_id, b.state, b.consecutive_timeouts, b.opened, b.retry_in_s)
+            for b in search.breakers.breakers(tenant_id)
+        ]
+        report = replace(report, rerank_breakers=breakers)
     if tenant_id is not None or search is None or report.catalog_position is None:
         return report
     node = node_status(search, report.catalog_position)

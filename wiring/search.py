@@ -23,6 +23,7 @@ from rerank.cross_encoder import load_reranker
 from rerank.models import RerankerModels
 from retrieve.hybrid import HybridSearcher, PlannerConfig
 from retrieve.query_embedding import QueryEmbedders
+from retrieve.rerank_breaker import BreakerConfig, RerankBreakers
 from retrieve.service import FusionConfig, RerankConfig, SearchConfig, SearchService
 from retrieve.serving import ServingState
 from retrieve.watcher import IndexWatcher
@@ -110,6 +111,7 @@ def build_search_service(
         reranker=reranker,
         shards=fanout,
         tenant_rerankers=tenant_rerankers,
+        breakers=rerank_breakers(settings),
     )
     watcher.start(watch=watch)
 
@@ -196,6 +198,16 @@ def shard_fanout(settings: Settings, pool: ConnectionPool, *, dim: int, alias: s
         servers,
         timeout_s=settings.retrieve.stage_timeout_ms / 1000,
         swap_wait_s=settings.index.shard_server_wait_seconds,
+    )
+
+
+def rerank_breakers(settings: Settings) -> RerankBreakers:
+    """Each tenant's rerank circuit breaker ([rerank] breaker_timeouts, breaker_cooldown_s),
+    its transitions counted in ``ragline_rerank_breaker_transitions_total``."""
+    rr = settings.rerank
+    return RerankBreakers(
+        BreakerConfig(rr.breaker_timeouts, rr.breaker_cooldown_s),
+        on_change=lambda state: metrics.RERANK_BREAKER_TRANSITIONS.labels(state).inc(),
     )
 
 

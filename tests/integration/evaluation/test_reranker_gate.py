@@ -128,3 +128,31 @@ def test_a_failed_gate_stays_off_and_a_passed_one_reranks_its_tenant_only(
         close()
         pool.close()
     assert _rows(db_url)["ta"] == ("neutral-rr", False)
+
+
+def test_a_reranker_that_cannot_finish_in_the_budget_is_refused_with_its_latency(
+    db_url: str, tmp_path: Path, embedder, models: Models
+) -> None:
+    # Issue 44: a model slower than the budget leaves every "with" answer in the fused order, so
+    # nDCG is unchanged and the quality rule alone passed it. A 1 ms budget makes the neutral
+    # model (which passes above at the default budget) that model on any machine.
+    collection = write_collection(tmp_path / "tokens")
+    settings = Settings(data_dir=tmp_path / "data", database_url=db_url, rerank=RerankSettings(budget_ms=1))
+    report = gate(
+        settings, "ts", CALLER, model=models.neutral, dataset=collection, embedder=embedder, use_ray=False
+    )
+    assert report.ndcg_with == report.ndcg_without and report.interval == (0.0, 0.0)
+    assert report.unreranked_queries == len(TOPICS)
+    assert not report.passed and not report.enabled, report
+    lat = report.latency
+    assert lat is not None and (lat.budget_ms, lat.queries, lat.reranked, lat.reranked_share) == (
+        1, len(TOPICS), 0, 0.0,
+    )  # fmt: skip
+    assert lat.p95_ms >= lat.p50_ms >= 1.0  # each query waited out the budget
+    assert report.refused[0].startswith(f"only 0 of {len(TOPICS)} judged queries were reranked")
+    assert all(q["rerank_ms"] >= 1.0 for q in report.per_query)
+    assert _rows(db_url) == {"ts": ("neutral-rr", False)}
+    with psycopg.connect(db_url) as conn:
+        (entry,) = entries(conn, action="reranker.gate")
+    assert entry.details["enabled"] is False and entry.details["refused"] == report.refused
+    assert entry.details["latency"]["reranked_share"] == 0.0
