@@ -409,6 +409,12 @@ def renew_lease(conn: psycopg.Connection, *, job_id: uuid.UUID, owner: str) -> L
     return "cancel" if row[0] else "held"
 
 
+def lease_owner(conn: psycopg.Connection, *, job_id: uuid.UUID) -> str | None:
+    """Who holds (or last held) the job's lease: a runner's id, ``host:pid:suffix``."""
+    row = conn.execute("SELECT owner FROM jobs WHERE job_id = %s", (job_id,)).fetchone()
+    return str(row[0]) if row and row[0] is not None else None
+
+
 def finish_item(
     conn: psycopg.Connection,
     *,

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         " --acl, --public or --acl-map. Hidden files and dot-folders are skipped, and symbolic"
         " links below a folder are never followed (nor a link named directly). Exit codes:"
         " 0 succeeded, 3 partially_failed (some documents failed: see `ragline jobs show`),"
-        " 1 failed or cancelled, 2 invalid arguments (a missing path, no file to ingest).",
+        " 1 failed or cancelled, 2 invalid arguments (a missing path, no file to ingest). A job"
+        " another worker runs (a server took it over) is followed to its end: the code is its final state's.",
     )
     ingest.add_argument("paths", nargs="+", type=Path)
     ingest.add_argument("--tenant", required=True)
@@ -131,8 +132,9 @@ def _url(settings: Settings) -> str:
     return migrated_url(settings)
 
 
-def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str | None]:
-    """Create the job and run it here; returns (job id, final state)."""
+def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str]:
+    """Create the job and run it here (or follow it where another worker runs it to its
+    end); returns (job id, final state)."""
     from core.progress import Progress
     from wiring import make_runner
 
@@ -146,7 +148,7 @@ def ingest_paths(args: argparse.Namespace, settings: Settings) -> tuple[str, str
     runner = make_runner(settings, url, use_ray=not args.no_ray)
     progress = Progress(len(items))
     try:
-        state = runner.run_job(job_id, on_progress=progress)
+        state = runner.run_to_end(job_id, on_progress=progress)
     finally:
         progress.close()
     return str(job_id), state

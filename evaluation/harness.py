@@ -62,7 +62,7 @@ def resolve_modes(modes: Sequence[str]) -> list[str]:
 
 def ingest_collection(
     collection: BeirCollection, *, tenant: str, url: str, runner: IngestRunner
-) -> tuple[str | None, int]:
+) -> tuple[str, int]:
     """One job over the whole corpus (unchanged documents are skipped by content hash)."""
     items = [
         NewItem(
@@ -81,7 +81,7 @@ def ingest_collection(
             conn, tenant_id=tenant, caller=caller, items=items, params={"eval": str(collection.root)}
         ).job_id
     progress = Progress(len(items))
-    state = runner.run_job(job_id, on_progress=progress)
+    state = runner.run_to_end(job_id, on_progress=progress)
     progress.close()
     return state, len(items)
 

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from catalog import erasures as erasures_repo
 from catalog import jobs as jobs_repo
+from catalog.jobs import TERMINAL
 from core import tracing
 from index.embedder import Embedder, EmbeddingSpec
 from ingest.isolation import IsolationConfig, Parser
@@ -32,6 +34,7 @@ from ingest.parse_pool import make_parser
 from ingest.pipeline import ChunkingConfig
 from jobs.dual_write import DualWriter
 from jobs.ingest_job import Cancelled, JobContext, LeaseLost, run_inline, run_on_ray
+from jobs.lease import LeaseKeeper
 from jobs.ray_runtime import ensure_ray
 from jobs.staging import remove_staged
 
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 # How long a job interrupted by a PostgreSQL outage is retried (backoff 0.5 s doubling to 5 s)
 # before the runner moves on; after that, its lease runs out and the idle tick resumes it.
 OUTAGE_RETRY_S = 300.0
+# How often a job run by another worker is looked at while this process follows it.
+FOLLOW_POLL_S = 1.0
 
 
 def database_down(exc: BaseException) -> bool:
@@ -236,7 +241,11 @@ class IngestRunner:
     def run_job(
         self, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None = None, *, force: bool = False
     ) -> str | None:
-        """Run one job to its end; returns the final state (None if another worker holds it)."""
+        """Run one job to its end; returns the final state (None if another worker holds it).
+
+        From the claim to the end, a thread renews the lease (``jobs.lease``): a start-up
+        slower than the lease (Ray, a model load on a busy machine) does not lose the job.
+        """
         with psycopg.connect(self.config.conninfo, autocommit=True) as conn:
             tracing.trace_connection(conn)  # statement spans inside a traced job
             claimed = jobs_repo.claim_job(
@@ -244,7 +253,35 @@ class IngestRunner:
             )
             if not claimed:
                 return None
-            return self._run_claimed(conn, job_id, on_progress)
+            lease = LeaseKeeper(
+                self.config.conninfo, job_id=job_id, owner=self.owner, lease_seconds=self.config.lease_seconds
+            )
+            with lease:
+                return self._run_claimed(conn, job_id, on_progress)
+
+    def run_to_end(
+        self,
+        job_id: uuid.UUID,
+        on_progress: Callable[[int, int], None] | None = None,
+        *,
+        poll_seconds: float = FOLLOW_POLL_S,
+    ) -> str:
+        """Run the job here, or follow it to its end where another worker runs it.
+
+        A job another live worker holds (a server's runner claimed it first, or took it over)
+        is followed in the catalog, its progress reported to ``on_progress``; should that
+        worker die, its lease runs out and the job is claimed here again. Returns the final
+        state, as if this process had run it all.
+        """
+        progress = _Followed(self.config.conninfo, job_id, on_progress)
+        while True:
+            state = self.run_job(job_id, progress)
+            if state is not None:
+                return state
+            job = progress.poll()
+            if job.state in TERMINAL:
+                return job.state
+            time.sleep(poll_seconds)
 
     def _run_claimed(
         self, conn: psycopg.Connection, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None
@@ -264,7 +301,7 @@ class IngestRunner:
             except Cancelled:
                 log.info("job %s cancelled", job_id)
             except LeaseLost:
-                log.warning("job %s: another worker took it over; stopping here", job_id)
+                log.warning("job %s: another worker took it over; it goes on there", job_id)
                 return None
             except Exception as exc:  # recorded on the job; pending items stay resumable
                 if database_down(exc):
@@ -320,3 +357,41 @@ class IngestRunner:
             )
         finally:
             self._ray_slot.release()
+
+
+class _Followed:
+    """Counts what a job's ``on_progress`` was told, and tells it the rest when another
+    worker does the work (the job's counters in the catalog)."""
+
+    def __init__(
+        self, conninfo: str, job_id: uuid.UUID, on_progress: Callable[[int, int], None] | None
+    ) -> None:
+        self.conninfo, self.job_id, self.on_progress = conninfo, job_id, on_progress
+        self.owner: str | None = None  # the worker being followed, once one is
+        start = self._read()[0]
+        self.documents, self.chunks = start.documents_done, start.chunks
+
+    def __call__(self, documents: int, chunks: int) -> None:
+        self.documents += documents
+        self.chunks += chunks
+        if self.on_progress is not None:
+            self.on_progress(documents, chunks)
+
+    def _read(self) -> tuple[jobs_repo.JobRow, str | None]:
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            job = jobs_repo.get_job(conn, job_id=self.job_id)
+            owner = jobs_repo.lease_owner(conn, job_id=self.job_id)
+        if job is None:
+            raise LookupError(f"job {self.job_id} not found")
+        return job, owner
+
+    def poll(self) -> jobs_repo.JobRow:
+        """The job now; its progress since the last look is passed on."""
+        job, owner = self._read()
+        if job.state not in TERMINAL and owner != self.owner:
+            self.owner = owner
+            log.warning("job %s runs on another worker (%s); following it to its end", self.job_id, owner)
+        documents, chunks = max(0, job.documents_done - self.documents), max(0, job.chunks - self.chunks)
+        if documents or chunks:
+            self(documents, chunks)
+        return job
