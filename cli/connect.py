@@ -60,6 +60,12 @@ from ragline_client.sitemap import SitemapConnector, SitemapError
 # Files above this go as streamed uploads, not base64 inside a JSON batch (which grows them
 # by a third and must fit the server's body limit with the rest of the batch).
 INLINE_MAX_BYTES = 1024 * 1024
+# Every ``ragline connect`` command's help says so, after its exit codes.
+STILL_FAILING_NOTE = (
+    " An item whose content failed for good (encrypted, corrupt, unsupported) is not sent again"
+    " while it is unchanged: later runs name it as still failing and exit 0 (--retry-failed"
+    " sends it again)."
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,9 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     csub = connect.add_subparsers(dest="connector", required=True)
     epilog = (
         " Exit codes: 0 all synced, 3 some items failed in this run (run again to retry"
-        " them), 2 invalid arguments or a server error. An item whose content failed for good"
-        " (encrypted, corrupt, unsupported) is not sent again while it is unchanged: later runs"
-        " name it as still failing and exit 0 (--retry-failed sends it again)."
+        " them), 2 invalid arguments or a server error." + STILL_FAILING_NOTE
     )
     fs = csub.add_parser(
         "fs",
