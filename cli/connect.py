@@ -34,14 +34,25 @@ from typing import Any, BinaryIO
 
 import httpx
 
+from cli.connect_report import render
 from cli.output import add_json_flag
 from cli.selection import add_file_flags, file_filter, skipped_lines
 from core import validation
 from core.errors import InvalidInputError
 from core.validation import acl_principal
 from ingest.files import MIME_BY_SUFFIX, FileFilter, Walked, walk
-from ragline_client import AclIn, Client, Connector, DocumentIn, FileDocument, Item, Listing, RaglineError
-from ragline_client.connector import Syncer, SyncReport
+from ragline_client import (
+    AclIn,
+    Client,
+    Connector,
+    DocumentIn,
+    FileDocument,
+    Item,
+    Listing,
+    RaglineError,
+    Syncer,
+    SyncReport,
+)
 from ragline_client.git_source import GitConnector
 from ragline_client.paths import OutsideRootError, open_beneath
 from ragline_client.sitemap import SitemapConnector, SitemapError
@@ -49,14 +60,20 @@ from ragline_client.sitemap import SitemapConnector, SitemapError
 # Files above this go as streamed uploads, not base64 inside a JSON batch (which grows them
 # by a third and must fit the server's body limit with the rest of the batch).
 INLINE_MAX_BYTES = 1024 * 1024
+# Every ``ragline connect`` command's help says so, after its exit codes.
+STILL_FAILING_NOTE = (
+    " An item whose content failed for good (encrypted, corrupt, unsupported) is not sent again"
+    " while it is unchanged: later runs name it as still failing and exit 0 (--retry-failed"
+    " sends it again)."
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     connect = sub.add_parser("connect", help="sync a source into a ragline server")
     csub = connect.add_subparsers(dest="connector", required=True)
     epilog = (
-        " Exit codes: 0 all synced, 3 some items failed (run again to retry them),"
-        " 2 invalid arguments or a server error."
+        " Exit codes: 0 all synced, 3 some items failed in this run (run again to retry"
+        " them), 2 invalid arguments or a server error." + STILL_FAILING_NOTE
     )
     fs = csub.add_parser(
         "fs",
@@ -121,6 +138,12 @@ def _common(parser: argparse.ArgumentParser, default_name: str) -> None:
     parser.add_argument("--key", default=os.environ.get("RAGLINE_API_KEY"), help="default: $RAGLINE_API_KEY")
     parser.add_argument(
         "--no-wait", action="store_true", help="record items once accepted, not once ingested"
+    )
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="send again the items whose content failed for good in an earlier run (encrypted,"
+        " corrupt, unsupported), though unchanged: after a server upgrade or a raised limit",
     )
     add_json_flag(parser)
 
@@ -337,7 +360,7 @@ def _connect(args: argparse.Namespace, connector: Connector, *, watch: Path | No
                 raise InvalidInputError(
                     f"--tenant {args.tenant} does not match the API key's tenant {me.tenant_id}"
                 )
-            syncer = Syncer(client, connector, wait=not args.no_wait)
+            syncer = Syncer(client, connector, wait=not args.no_wait, retry_failed=args.retry_failed)
             report = _sync_once(syncer, as_json=args.json)
             if watch is not None:
                 report = _watch(syncer, watch, as_json=args.json)
@@ -357,32 +380,18 @@ def _sync_once(syncer: Syncer, *, as_json: bool) -> SyncReport:
         report = syncer.apply(plan, progress)
     finally:
         progress.close()
-    summary: dict[str, Any] = dict(report.summary())
+    extra: dict[str, Any] = {}
     connector = syncer.connector
     if isinstance(connector, FsConnector):
-        summary["skipped"] = connector.walked.skipped()
+        extra["skipped"] = connector.walked.skipped()
         for line in skipped_lines(connector.walked, [connector.root]):
             print(line, file=sys.stderr)
     elif isinstance(connector, GitConnector):
-        summary["skipped"] = len(connector.skipped)
+        extra["skipped"] = len(connector.skipped)
         for path, why in sorted(connector.skipped.items()):
             print(f"  skipped {path!r}: {why}", file=sys.stderr)
-    if as_json:
-        print(json.dumps(summary), flush=True)
-    else:
-        print("  ".join(_summary_field(k, v) for k, v in summary.items()), flush=True)
-    for external_id, message in sorted(report.errors.items()):
-        print(f"  failed {external_id}: {message}", file=sys.stderr)
-    for external_id, message in sorted(report.warnings.items()):
-        print(f"  warning {external_id}: {message}", file=sys.stderr)
+    render(report, extra, as_json=as_json)
     return report
-
-
-def _summary_field(key: str, value: int | dict[str, int]) -> str:
-    """``pushed 3``, ``acl_updated 1``, ``skipped 2 (hidden 1, excluded 0, unsupported 1)``."""
-    if isinstance(value, dict):
-        return f"{key} {sum(value.values())} (" + ", ".join(f"{k} {v}" for k, v in value.items()) + ")"
-    return f"{key} {value}"
 
 
 def _watch(syncer: Syncer, root: Path, *, as_json: bool) -> SyncReport:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pathspec
 
-from cli.connect import AclMap, _common, _connect, _state_name
+from cli.connect import STILL_FAILING_NOTE, AclMap, _common, _connect, _state_name
 from core.errors import InvalidInputError
 from ragline_client import Client
 from ragline_client.git_source import GitConnector, GitError, GitRepo
@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="sync a Git repository's files at a ref: push what the diff changed, keep ids across renames",
         description="Incremental Git sync through the API: the files of supported types at --ref,"
         " readers from --acl-map (and --codeowners). Exit codes: 0 all synced, 3 some items"
-        " failed (run again to retry them), 2 invalid arguments, a git or a server error.",
+        " failed in this run (run again to retry them), 2 invalid arguments, a git or a server"
+        " error." + STILL_FAILING_NOTE,
     )
     git.add_argument("source", help="a local repository (work tree or bare) or a URL git can clone")
     git.add_argument("--ref", default="HEAD", help="branch, tag or commit to sync (default: HEAD)")
@@ -63,8 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="sync the rows of a PostgreSQL query: push new and changed rows, delete vanished ones",
         description="Incremental SQL sync through the API: a query file (TOML) names the query,"
         " its key, title, text, metadata, monotonic, tombstone and ACL columns (or an ACL join"
-        " query). Exit codes: 0 all synced, 3 some rows failed (run again to retry them),"
-        " 2 invalid arguments, a database or a server error.",
+        " query). Exit codes: 0 all synced, 3 some rows failed in this run (run again to retry"
+        " them), 2 invalid arguments, a database or a server error." + STILL_FAILING_NOTE,
     )
     table.add_argument("dsn", help="libpq connection string or URL of the source database")
     table.add_argument("--query-file", type=Path, required=True, help="TOML: query and column roles")
@@ -76,8 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Incremental IMAP sync through the API: every message of the account's"
         " folders, readers from the owner and the folder's ACL (RFC 4314), expunged messages"
         " deleted, a folder whose UIDVALIDITY changed synced again. Exit codes: 0 all synced,"
-        " 3 some messages failed (run again to retry them), 2 invalid arguments, an IMAP or a"
-        " server error.",
+        " 3 some messages failed in this run (run again to retry them), 2 invalid arguments, an"
+        " IMAP or a server error." + STILL_FAILING_NOTE,
     )
     mail.add_argument("imap_url", help="imap://USER@HOST[:PORT] or imaps://USER@HOST[:PORT]")
     mail.add_argument(

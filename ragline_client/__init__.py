@@ -12,11 +12,11 @@ from ragline_client.connector import (
     Listing,
     Syncer,
     SyncPlan,
-    SyncReport,
 )
 from ragline_client.errors import RaglineError
 from ragline_client.models import AclIn, DocumentIn, FiltersIn, JobOut, RetrieveOut
 from ragline_client.retry import RetryPolicy
+from ragline_client.sync_report import SyncReport
 
 __all__ = [
     "AclIn",

@@ -24,7 +24,9 @@ from typing import Any
 
 from ragline_client.client import Client
 from ragline_client.errors import RaglineError
-from ragline_client.models import AclIn, ConnectorStateUpdate, DocumentIn, JobOut
+from ragline_client.failures import Remembered, remembered_value
+from ragline_client.models import AclIn, ConnectorStateOut, ConnectorStateUpdate, DocumentIn, JobOut
+from ragline_client.sync_report import SyncReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,37 +149,23 @@ class SyncPlan:
     # longer carries are deleted once it is in.
     carried: Mapping[str, Sequence[str]] = field(default_factory=dict)
     cursor_vouches: bool = False
+    # Listed items whose content failed for good before (``ragline_client.failures``):
+    # those not sent again (unchanged since, no ``retry_failed``) are in ``still_failing``.
+    remembered: Mapping[str, Remembered] = field(default_factory=dict)
+
+    @property
+    def still_failing(self) -> dict[str, Remembered]:
+        sent = {item.external_id for item in self.push}
+        return {ext: r for ext, r in self.remembered.items() if ext not in sent}
 
     @property
     def total(self) -> int:
         return len(self.push) + len(self.acl) + len(self.delete)
 
 
-@dataclass(slots=True)
-class SyncReport:
-    pushed: int = 0
-    unchanged: int = 0
-    deleted: int = 0
-    failed: int = 0
-    acl_updated: int = 0
-    groups_synced: int = 0
-    job_ids: list[str] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
-    # Pushed documents the server warned about, such as ``no_readers`` (an ACL naming nobody).
-    warnings: dict[str, str] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, int]:
-        return {
-            "pushed": self.pushed,
-            "unchanged": self.unchanged,
-            "deleted": self.deleted,
-            "acl_updated": self.acl_updated,
-            "groups_synced": self.groups_synced,
-            "failed": self.failed,
-        }
-
-
 Progress = Callable[[int, int], None]
+# Said once, on the run that found an item's content failing for good.
+NOT_RETRIED = "not sent again until it changes"
 # The server's answer to a delete or ACL change of a document another writer holds.
 NOT_OWNER = "not_owned_by_connector"
 
@@ -186,30 +174,59 @@ class Syncer:
     """Runs a connector against a server: ``Syncer(client, connector).run()``.
 
     With ``wait=True`` (the default) each batch's job is awaited and only documents the job
-    ingested are recorded, so one that failed (say, an encrypted PDF) is retried next run.
+    ingested are recorded. One the job failed for a reason of its content (an encrypted
+    workbook, a corrupt PDF: ``ragline_client.failures``) is remembered with its fingerprint
+    and not sent again while it is unchanged (``report.still_failing``); any other failure
+    (a timeout, a load that raised) is retried next run. ``retry_failed=True`` sends the
+    remembered ones again.
     """
 
     def __init__(
-        self, client: Client, connector: Connector, *, wait: bool = True, job_timeout: float = 600.0
+        self,
+        client: Client,
+        connector: Connector,
+        *,
+        wait: bool = True,
+        job_timeout: float = 600.0,
+        retry_failed: bool = False,
     ):
         self.client = client
         self.connector = connector
         self.wait = wait
         self.job_timeout = job_timeout
+        self.retry_failed = retry_failed
+
+    def _listing(self, state: ConnectorStateOut) -> Listing:
+        listing = self.connector.list_items(state.cursor)
+        if self.retry_failed and listing.unchanged:
+            hidden = [
+                ext
+                for ext, value in state.documents.items()
+                if ext.startswith(tuple(listing.unchanged)) and Remembered.decode(value) is not None
+            ]
+            if hidden:  # vouched for, so not listed: list everything to try them again
+                return self.connector.list_items(None)
+        return listing
 
     def plan(self) -> SyncPlan:
         state = self.client.connector_state(self.connector.name)
-        listing = self.connector.list_items(state.cursor)
+        listing = self._listing(state)
         children = _children(state.documents)
         push, acl, unchanged = [], [], 0
         carried: dict[str, list[str]] = {}
+        remembered: dict[str, Remembered] = {}
         listed = set()
         for item in listing.items:
             kids = children.get(_digest(item.external_id), [])
             listed.add(item.external_id)
             listed.update(kids)  # a listed parent keeps its linked documents
             before = state.documents.get(item.external_id)
-            if before is None or before.split("|acl:")[0] != item.fingerprint:
+            failure = Remembered.decode(before)
+            if failure is not None:
+                remembered[item.external_id] = failure
+                if failure.recorded == _recorded(item) and not self.retry_failed:
+                    continue  # still failing: the same content (and readers) as when it failed
+            if failure is not None or before is None or before.split("|acl:")[0] != item.fingerprint:
                 push.append(item)
                 if kids:
                     carried[item.external_id] = kids
@@ -221,7 +238,12 @@ class Syncer:
         if listing.unchanged:
             vouched = [ext for ext in state.documents if ext.startswith(tuple(listing.unchanged))]
             listed.update(vouched)
-            unchanged += sum(1 for ext in vouched if not state.documents[ext].startswith(_LINKED))
+            for ext in vouched:
+                failure = Remembered.decode(state.documents[ext])
+                if failure is not None:
+                    remembered[ext] = failure
+                elif not state.documents[ext].startswith(_LINKED):
+                    unchanged += 1
         kept = set(listing.failed) | {k for f in listing.failed for k in children.get(_digest(f), [])}
         if listing.complete:
             delete = sorted(set(state.documents) - listed - kept)
@@ -246,6 +268,7 @@ class Syncer:
             dict(listing.failed),
             carried,
             listing.cursor_vouches,
+            remembered,
         )
 
     def run(self, progress: Progress | None = None) -> SyncReport:
@@ -253,7 +276,7 @@ class Syncer:
 
     def apply(self, plan: SyncPlan, progress: Progress | None = None) -> SyncReport:
         """Carry out ``plan``, recording each acknowledged step; ``progress(items, chunks)``."""
-        report = SyncReport(unchanged=plan.unchanged)
+        report = SyncReport(unchanged=plan.unchanged, still_failing=plan.still_failing)
         for source_id, message in plan.failed.items():
             self._fail(report, source_id, message)
         tick: Progress = progress or (lambda _items, _chunks: None)
@@ -293,7 +316,8 @@ class Syncer:
                         connector=self.connector.name,
                     )
                     job_ids += [answer.job_id] if answer.job_id else []
-                    report.warnings |= {w.external_id: f"{w.code}: {w.message}" for w in answer.warnings}
+                    for w in answer.warnings:
+                        report.warn(w.external_id, [f"{w.code}: {w.message}"])
                     sent[item.external_id] = item
                 elif isinstance(doc, Linked):
                     inline.append((item, doc.document))
@@ -314,13 +338,15 @@ class Syncer:
                     tick(1, 0)
                 else:
                     sent[item.external_id] = item
-            report.warnings |= {w.external_id: f"{w.code}: {w.message}" for w in result.warnings}
+            for w in result.warnings:
+                report.warn(w.external_id, [f"{w.code}: {w.message}"])
             job_ids += result.job_ids
         report.job_ids += job_ids
-        failed = self._await(job_ids, report, tick) if self.wait else set()
+        failed = self._await(job_ids, report, tick) if self.wait else {}
         done = {ext: _recorded(item) for ext, item in sent.items() if ext not in failed}
         if done:
             self._save(ConnectorStateUpdate(set_documents=done))
+        self._remember(sent, failed, plan, report)
         report.pushed += len(done)
         if not self.wait:
             tick(len(done), 0)
@@ -330,8 +356,26 @@ class Syncer:
                 for kid in sorted(carried - set(linked.get(parent.external_id, ()))):
                     self._delete(kid, report)
 
-    def _await(self, job_ids: list[str], report: SyncReport, tick: Progress) -> set[str]:
-        failed: set[str] = set()
+    def _remember(
+        self, sent: Mapping[str, Item], failed: Mapping[str, str | None], plan: SyncPlan, report: SyncReport
+    ) -> None:
+        """Record the sent items the job failed for a reason of their content, so an unchanged
+        one is not sent again; ``since`` stays the first failure's while the content does."""
+        remember: dict[str, str] = {}
+        for ext, code in failed.items():
+            item = sent.get(ext)
+            if item is None or item.fingerprint.startswith(_LINKED):  # those follow their parent
+                continue
+            value = remembered_value(_recorded(item), code, plan.remembered.get(ext))
+            if value is not None:
+                remember[ext] = value
+                report.errors[ext] += f" ({NOT_RETRIED})"
+        if remember:
+            self._save(ConnectorStateUpdate(set_documents=remember))
+
+    def _await(self, job_ids: list[str], report: SyncReport, tick: Progress) -> dict[str, str | None]:
+        """Wait for the jobs; returns the external ids they failed, with the reason codes."""
+        failed: dict[str, str | None] = {}
         for job_id in dict.fromkeys(job_ids):  # pushes the server coalesced share one job
             seen = {"docs": 0, "chunks": 0}
 
@@ -349,8 +393,10 @@ class Syncer:
                 # The job failed as a whole: record none of the batch; the next run resends it.
                 raise RaglineError("job_failed", f"job {job_id} failed; run the sync again")
             for error in job.errors:
-                failed.add(error.external_id)
+                failed[error.external_id] = error.code
                 self._fail(report, error.external_id, f"{error.code}: {error.message}")
+            for warned in job.warnings:
+                report.warn(warned.external_id, warned.warnings)
         return failed
 
     def _set_acl(self, item: Item, report: SyncReport) -> None:

@@ -102,6 +102,7 @@ def test_two_folders_with_overlapping_paths_never_delete_each_other(
         "acl_updated": 0,
         "groups_synced": 0,
         "failed": 0,
+        "still_failing": 0,
     }
 
 

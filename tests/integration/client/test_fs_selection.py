@@ -99,7 +99,9 @@ def test_cli_reports_skipped_files_and_acl_only_changes(live_tenant: LiveServer,
         "acl_updated": 0,
         "groups_synced": 0,
         "failed": 0,
+        "still_failing": 0,
         "skipped": {"hidden": 4, "excluded": 1, "unsupported": 1, "symlinks": 0},
+        "warnings": {"documents": 0, "shown": {}},
     }
     assert "skipped 4 hidden files and folders" in first.stderr
     assert ".env.txt" in first.stderr and ".git/" in first.stderr and "team/.cache/" in first.stderr
@@ -132,7 +134,8 @@ def test_progress_counts_each_document_once(live_tenant: LiveServer, tmp_path: P
     assert Syncer(client, FsConnector(root, name="fs-p", acl_map=rules)).run().pushed == 4
     # The state forgets two documents: the next run sends them again and the job finds them unchanged.
     client.save_connector_state("fs-p", ConnectorStateUpdate(remove_documents=["doc0.md", "doc1.md"]))
-    syncer = Syncer(client, FsConnector(root, name="fs-p", acl_map=rules))
+    # retry_failed: the empty file, remembered as failing for good, is sent (and fails) again.
+    syncer = Syncer(client, FsConnector(root, name="fs-p", acl_map=rules), retry_failed=True)
     plan = syncer.plan()
     ticks: list[int] = []
     report = syncer.apply(plan, lambda docs, _chunks: ticks.append(docs))

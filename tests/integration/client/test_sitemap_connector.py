@@ -65,6 +65,7 @@ def test_sitemap_sync(live_tenant: LiveServer, site: StaticSite) -> None:
             "acl_updated": 0,
             "groups_synced": 0,
             "failed": 0,
+            "still_failing": 0,
         }
         assert live_tenant.versions(f"{site.url}/vpn.html") == 2
         hits = [r.document_external_id for r in reader.retrieve("where do visitors park").results]
@@ -164,6 +165,8 @@ def test_cli_sitemap_with_a_404_page_prints_json_and_exits_3(
         "acl_updated": 0,
         "groups_synced": 0,
         "failed": 1,
+        "still_failing": 0,
+        "warnings": {"documents": 0, "shown": {}},
     }
     assert f"failed {site.url}/gone.html" in run.stderr and "404" in run.stderr
     # Readers must be named: neither --acl nor --public is an error before anything is fetched.
