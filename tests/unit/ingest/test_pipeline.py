@@ -115,6 +115,7 @@ def test_an_emails_attachments_inherit_its_metadata_and_acl() -> None:
     out = _prepare(source)
     assert isinstance(out, Prepared)
     notes, dock = out.children
+    assert notes.parsed is not None and dock.parsed is not None
     assert notes.source.acl == acl and dock.source.acl == acl
     headers = {
         "email_from": "Alice <alice@example.org>",
