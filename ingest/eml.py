@@ -8,7 +8,9 @@
 - Attachments of a supported type are parsed here (in the parse worker, under its limits)
   and returned beside the message as ``ParsedDocument.attachments``: the ingestion job makes
   each a document of its own, ``<message id>#attachment=N`` (N counts every attachment from
-  1, as the IMAP connector does). The message's text holds none of theirs. The others are
+  1, as the IMAP connector does), with the message's ACL, its pushed metadata and its
+  ``email_*`` headers (``ingest.pipeline.attachment_source``). The message's text holds
+  none of theirs. The others are
   named in the warnings: ``attachment_skipped`` (an unsupported type, past
   ``MAX_ATTACHMENT_BYTES``, past ``MAX_ATTACHMENTS``) or ``attachment_failed`` (its parser's
   reason code); never silently dropped.

@@ -5,7 +5,9 @@ row is the header, repeated in every group of rows (``table_blocks``), so each c
 long sheet is self-describing. A cell reads as its typed value, the one a formula's last
 calculation cached (``office:value``, ``office:date-value``, ...), not its display string
 (``64`` rather than ``64.00 €``), as XLSX cells give openpyxl's cached values; a cell with
-no typed value (text) reads as its paragraphs.
+no typed value (text) reads as its paragraphs. A formula no application calculated (no
+value, no text: a file written by a library) reads as its formula, ``=SUM([.B2:.B3])``, and
+is counted in the ``formulas_without_values`` warning, as XLSX's are (``UncachedFormulas``).
 
 ``content.xml`` is streamed (``iter_part``): each row is read, counted against the same
 caps as XLSX (``CellCounter``: ``too_many_cells``) and dropped, so a sheet of a million
@@ -32,7 +34,7 @@ from ingest.opendocument import (
     q,
     repeated_row,
 )
-from ingest.sheets import CellCounter, cell_text
+from ingest.sheets import CellCounter, UncachedFormulas, cell_text
 from ingest.text import Block, assemble, table_blocks
 
 _SPREADSHEET = q("office", "spreadsheet")
@@ -40,6 +42,8 @@ _TYPE = q("office", "value-type")
 _NUMBER = q("office", "value")
 _DATE, _TIME, _BOOLEAN = q("office", "date-value"), q("office", "time-value"), q("office", "boolean-value")
 _STRING = q("office", "string-value")
+_FORMULA = q("table", "formula")
+_NAMESPACE = re.compile(r"^[A-Za-z][\w.-]*:(?==)")  # "of:=SUM(...)": the formula's grammar
 _DURATION = re.compile(r"^PT(\d+)H(\d+)M(\d+)(?:\.\d+)?S$")
 
 
@@ -67,7 +71,8 @@ def parse(data: bytes) -> ParsedDocument:
                 blocks.extend(tables)
     if not sheets.spreadsheet:
         raise ParseError("content.xml has no office:spreadsheet body", code="corrupt_document")
-    return assemble(blocks, title=title, page_count=number, warnings=sheets.notes.warnings())
+    warnings = sheets.notes.warnings() + sheets.uncached.warnings()
+    return assemble(blocks, title=title, page_count=number, warnings=warnings)
 
 
 class _Sheets:
@@ -78,6 +83,8 @@ class _Sheets:
         self.events = events
         self.spreadsheet = False
         self.notes = Notes()
+        self.uncached = UncachedFormulas()
+        self.sheet = ""
 
     def __iter__(self) -> Iterator[tuple[str, Iterator[list[str]]]]:
         for event, element in self.events:
@@ -86,7 +93,8 @@ class _Sheets:
             if element.tag == _SPREADSHEET:
                 self.spreadsheet = True
             elif element.tag == TABLE and self.spreadsheet:
-                yield " ".join(element.get(q("table", "name"), "").split()), self._rows(element)
+                self.sheet = " ".join(element.get(q("table", "name"), "").split())
+                yield self.sheet, self._rows(element)
 
     def _rows(self, sheet: ET.Element) -> Iterator[list[str]]:
         depth = 0  # tables nested in a cell: their rows are that cell's text
@@ -101,7 +109,11 @@ class _Sheets:
                 sheet.clear()  # drops the rows read so far; the tree never holds the sheet
 
     def _value(self, cell: ET.Element) -> str:
-        return cell_value(cell, self.notes)
+        value = cell_value(cell, self.notes)
+        formula = cell.get(_FORMULA)
+        if value or not formula:
+            return value
+        return self.uncached.formula(self.sheet or "Sheet", _NAMESPACE.sub("", formula))
 
 
 def cell_value(cell: ET.Element, notes: Notes) -> str:

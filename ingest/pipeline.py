@@ -144,8 +144,7 @@ def _chunk(
     children = tuple(
         child
         for attachment in parsed.attachments
-        if (child := _attachment(request, attachment, parsed.title or "", count_tokens, config, warnings))
-        is not None
+        if (child := _attachment(request, parsed, attachment, count_tokens, config, warnings)) is not None
     )
     # The attachments travel as children; the message's stored body is the message's own.
     parsed = dataclasses.replace(parsed, attachments=(), warnings=tuple(warnings))
@@ -192,39 +191,49 @@ def attachment_id(message_id: str, number: int) -> str:
     return f"{message_id}#attachment={number}"
 
 
+# What an attachment says of itself: these win over anything it inherits from its message.
+ATTACHMENT_KEYS = ("parent_external_id", "attachment_filename", "message_subject")
+
+
 def attachment_source(message: SourceDocument, attachment: ParsedAttachment, subject: str) -> SourceDocument:
-    """The attachment as a document of its own: the message's tenant, readers and owner, a
-    link to the message in its metadata, and no bytes (it was parsed with the message)."""
-    metadata = {
-        "parent_external_id": message.external_id,
-        "attachment_filename": attachment.filename,
-        "message_subject": subject,
-    }
+    """The attachment as a document of its own: the message's tenant, readers and owner; the
+    metadata the message was given (a filter on it finds the attachment too) under a link to
+    the message; its own id, type and file name; and no bytes (it was parsed with the message)."""
+    own = dict(zip(ATTACHMENT_KEYS, (message.external_id, attachment.filename, subject), strict=True))
     return SourceDocument(
         message.tenant_id,
         attachment_id(message.external_id, attachment.number),
         attachment.mime_type,
         b"",
         attachment.filename,
-        metadata,
+        {**message.metadata, **own},
         Acl(message.acl.principals, message.acl.public),
         message.connector,
     )
 
 
+def attachment_parsed(message: ParsedDocument, attachment: ParsedAttachment) -> ParsedDocument:
+    """The attachment's parse with the message's file metadata (From, To, Cc, Date) under its
+    own (an attached message's headers are its own): stored with it, so a later change of
+    the pushed metadata merges over the same file metadata (``jobs.commit``)."""
+    parsed = attachment.parsed
+    return dataclasses.replace(parsed, metadata={**message.metadata, **parsed.metadata})
+
+
 def _attachment(
     request: PrepareRequest,
+    message: ParsedDocument,
     attachment: ParsedAttachment,
-    subject: str,
     count_tokens: Callable[[str], int],
     config: ChunkingConfig,
     warnings: list[str],
 ) -> Prepared | None:
     """The attachment prepared as a child of the message, or None with the reason (its
     chunking failed) in the message's ``warnings``: the message is still indexed."""
-    source = attachment_source(request.source, attachment, subject)
+    source = attachment_source(request.source, attachment, message.title or "")
+    parsed = attachment_parsed(message, attachment)
     try:
-        chunks = _chunks(attachment.parsed, source, count_tokens, config)
+        chunks = _chunks(parsed, source, count_tokens, config)
     except ParseError as exc:
         warnings.append(
             f"attachment_failed: {attachment.filename[:100]} ({attachment.mime_type}, {exc.code})"
@@ -236,7 +245,6 @@ def _attachment(
         "overlap_tokens": config.overlap_tokens,
     }
     digest = content_hash(attachment.digest.encode(), attachment.filename, chunking)
-    parsed = attachment.parsed
     return Prepared(
         request.ref,
         source,

@@ -4,7 +4,13 @@ One section per sheet: the sheet name is a level-1 heading and the sheet's numbe
 so results say which sheet they came from. The first non-empty row is the header; rows are
 grouped into Markdown tables that each repeat it (``table_blocks``), so every chunk of a
 long sheet is self-describing. Formulas give the value Excel cached when it last saved the
-file (``data_only``); a formula never calculated reads as empty.
+file (``data_only``). A formula never calculated (a file written by a library such as
+openpyxl, not saved by a spreadsheet application) has no such value: it reads as its formula
+text (``=SUM(B2:B9)``), which says the cell is computed and from what (an empty cell would
+say it holds nothing), and the document gets a ``formulas_without_values`` warning naming
+how many and on which sheets. openpyxl gives a cell its cached value or its formula, never
+both, so a workbook that has formula elements at all is read twice, in step (values, then
+formulas); one without (a data export) is read once.
 """
 
 from __future__ import annotations
@@ -12,7 +18,10 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-from collections.abc import Iterable
+import re
+import zipfile
+from collections.abc import Iterable, Iterator
+from itertools import zip_longest
 from typing import Any
 
 from core.errors import ParseError
@@ -27,6 +36,11 @@ from ingest.text import Block, assemble, table_blocks
 MAX_CELLS = 250_000
 MAX_ROWS = 1_000_000  # rows scanned, empty ones included (a sparse sheet's gaps cost too)
 _CSV_SNIFF_CHARS = 8192
+# A formula element in any part, whatever its prefix (``<f>``, ``<x:f t="shared"/>``); a
+# chart's ``<c:f>`` matches too, which costs only the second read.
+_FORMULA_ELEMENT = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?f[\s/>]")
+_SCAN = 1024 * 1024
+_NAMED_SHEETS = 10  # in the warning; the rest are counted
 
 
 def parse_xlsx(data: bytes) -> ParsedDocument:
@@ -37,25 +51,89 @@ def parse_xlsx(data: bytes) -> ParsedDocument:
             ``unsafe_xml``, ``corrupt_document``), ``corrupt_document`` for a ZIP that is not a
             workbook, ``too_many_cells`` past ``MAX_CELLS`` or ``MAX_ROWS``.
     """
-    open_zip(data).close()
+    with open_zip(data) as archive:
+        formulas = _has_formulas(archive)
     openpyxl = _import()
+    book = _load(openpyxl, data, data_only=True)
+    formula_book = None
     try:
-        book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ParseError(f"not an Excel workbook ({type(exc).__name__})", code="corrupt_document") from exc
-    try:
+        if formulas:
+            formula_book = _load(openpyxl, data, data_only=False)
         counter = CellCounter()
+        uncached = UncachedFormulas()
         blocks: list[Block] = []
         for number, sheet in enumerate(book.worksheets, start=1):
-            rows = counter.rows(sheet.iter_rows(values_only=True))
-            tables = table_blocks(rows, page=number)
+            values: Iterable[Iterable[Any]] = sheet.iter_rows(values_only=True)
+            if formula_book is not None:
+                formula_rows = formula_book.worksheets[number - 1].iter_rows(values_only=True)
+                values = uncached.fill(sheet.title, values, formula_rows)
+            tables = table_blocks(counter.rows(values), page=number)
             if tables:
                 blocks.append(Block(sheet.title, SectionKind.HEADING, level=1, page_start=number))
                 blocks.extend(tables)
         title = " ".join((book.properties.title or "").split()) or None
-        return assemble(blocks, title=title, page_count=len(book.worksheets))
+        return assemble(blocks, title=title, page_count=len(book.worksheets), warnings=uncached.warnings())
     finally:
         book.close()
+        if formula_book is not None:
+            formula_book.close()
+
+
+def _load(openpyxl: Any, data: bytes, *, data_only: bool) -> Any:
+    try:
+        return openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=data_only)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ParseError(f"not an Excel workbook ({type(exc).__name__})", code="corrupt_document") from exc
+
+
+def _has_formulas(archive: zipfile.ZipFile) -> bool:
+    """Whether any part holds a formula element (read in slices: no part is held whole)."""
+    for member in archive.infolist():
+        with archive.open(member) as part:
+            tail = b""
+            while block := part.read(_SCAN):
+                check_deadline()
+                if _FORMULA_ELEMENT.search(tail + block):
+                    return True
+                tail = block[-64:]
+    return False
+
+
+class UncachedFormulas:
+    """Formula cells with no cached value, by sheet: each reads as its formula text."""
+
+    def __init__(self) -> None:
+        self.by_sheet: dict[str, int] = {}
+
+    def fill(
+        self, sheet: str, values: Iterable[Iterable[Any]], formulas: Iterable[Iterable[Any]]
+    ) -> Iterator[tuple[Any, ...]]:
+        """``values``' rows, a formula's text where its cell has no value (``formulas``: the
+        same sheet read with formulas, row for row)."""
+        for row, formula_row in zip_longest(values, formulas, fillvalue=()):
+            yield tuple(self._cell(sheet, v, f) for v, f in zip_longest(row, formula_row))
+
+    def _cell(self, sheet: str, value: Any, formula: Any) -> Any:
+        # openpyxl gives a formula as "=..." (an array formula as an object holding it in .text).
+        text = formula if isinstance(formula, str) else getattr(formula, "text", None)
+        if value is not None or not isinstance(text, str) or not text.startswith("="):
+            return value
+        return self.formula(sheet, text)
+
+    def formula(self, sheet: str, text: str) -> str:
+        """Count a formula cell with no value on ``sheet``; returns the text it reads as."""
+        self.by_sheet[sheet] = self.by_sheet.get(sheet, 0) + 1
+        return text
+
+    def warnings(self) -> tuple[str, ...]:
+        """``formulas_without_values: N (Sheet: n, ...)``, or none."""
+        if not self.by_sheet:
+            return ()
+        named = list(self.by_sheet.items())[:_NAMED_SHEETS]
+        listed = ", ".join(f"{name[:100]}: {count}" for name, count in named)
+        more = len(self.by_sheet) - len(named)
+        listed += f", {more} more sheets" if more else ""
+        return (f"formulas_without_values: {sum(self.by_sheet.values())} ({listed})",)
 
 
 def parse_csv(data: bytes) -> ParsedDocument:

@@ -20,7 +20,7 @@ from catalog import secrets as secrets_repo
 from catalog.documents import DocumentRow, VersionCommit
 from core.records import Committable, Embedded, Failed, Prepared, SourceDocument, Unchanged
 from ingest.parsed_store import encode_parsed, stored_metadata
-from ingest.pipeline import with_version
+from ingest.pipeline import ATTACHMENT_KEYS, with_version
 
 
 def commit(
@@ -114,7 +114,7 @@ def _commit_embedded(
         attachments_repo.propagate_acl(
             conn, tenant_id=src.tenant_id, parent_doc_id=current.doc_id, acl=src.acl
         )
-        refresh_description(conn, current, src)
+        refresh_descriptions(conn, current, src)
         done = jobs_repo.finish_item(
             conn,
             job_id=p.ref.job_id,
@@ -252,8 +252,7 @@ def refresh_description(conn: psycopg.Connection, doc: DocumentRow, source: Sour
     same = all(k in doc.metadata and doc.metadata[k] == v for k, v in source.metadata.items())
     if same and len(source.metadata) == len(doc.metadata):
         return False
-    blob = reembed_repo.parsed_text(conn, doc_id=doc.doc_id, version=doc.current_version)
-    file_metadata = stored_metadata(blob) if blob is not None else None
+    file_metadata = _file_metadata(conn, doc)
     # A body stored before the file's metadata was: keep no key the source dropped but those
     # the file gave (unknown then), so only the pushed keys are certain: they win.
     metadata = {**(file_metadata or {}), **source.metadata}
@@ -261,3 +260,42 @@ def refresh_description(conn: psycopg.Connection, doc: DocumentRow, source: Sour
         return False
     docs_repo.set_description(conn, doc=doc, title=doc.title, metadata=metadata)
     return True
+
+
+def refresh_descriptions(conn: psycopg.Connection, doc: DocumentRow, source: SourceDocument) -> None:
+    """``refresh_description`` of an unchanged message and of its attachments, which inherit
+    what the message was pushed with (``ingest.pipeline.attachment_source``): a new
+    ``--metadata`` value reaches them without a new version, and an attachment written
+    before they inherited it gets it now.
+
+    Stored bodies are read only for an attachment that lacks a pushed key or value, or when
+    the message's metadata changed (a key may be gone).
+    """
+    changed = refresh_description(conn, doc, source)
+    children = attachments_repo.children(conn, tenant_id=doc.tenant_id, parent_doc_id=doc.doc_id)
+    pushed = [(child, _pushed(child, source)) for child in children]
+    stale = [(child, meta) for child, meta in pushed if changed or not _holds(child, meta)]
+    if not stale:
+        return
+    inherited = _file_metadata(conn, doc) or {}
+    for child, meta in stale:
+        metadata = {**inherited, **(_file_metadata(conn, child) or {}), **meta}
+        if metadata != dict(child.metadata):
+            docs_repo.set_description(conn, doc=child, title=child.title, metadata=metadata)
+
+
+def _pushed(child: DocumentRow, message: SourceDocument) -> dict[str, object]:
+    """An attachment's metadata but its file's: the message's pushed metadata under its own keys."""
+    return {**message.metadata, **{k: child.metadata[k] for k in ATTACHMENT_KEYS if k in child.metadata}}
+
+
+def _holds(doc: DocumentRow, metadata: Mapping[str, object]) -> bool:
+    return all(k in doc.metadata and doc.metadata[k] == v for k, v in metadata.items())
+
+
+def _file_metadata(conn: psycopg.Connection, doc: DocumentRow) -> dict[str, object] | None:
+    """What the live version's file said of itself (an e-mail's From/To); None: not stored."""
+    if doc.current_version is None:
+        return None
+    blob = reembed_repo.parsed_text(conn, doc_id=doc.doc_id, version=doc.current_version)
+    return stored_metadata(blob) if blob is not None else None

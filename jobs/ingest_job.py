@@ -31,7 +31,7 @@ from index.embedder import Embedder, EmbeddingSpec
 from ingest.isolation import IsolationConfig, Parser
 from ingest.parse_pool import make_parser
 from ingest.pipeline import ChunkingConfig, PrepareRequest, embed, prepare_batch
-from jobs.commit import commit, refresh_description
+from jobs.commit import commit, refresh_descriptions
 from jobs.dual_write import DualWriter
 from jobs.sources import load_source, read_path
 from jobs.staging import remove_finished
@@ -96,7 +96,7 @@ def prepare_items(
             attachments_repo.propagate_acl(
                 conn, tenant_id=doc.tenant_id, parent_doc_id=doc.doc_id, acl=request.source.acl
             )
-            refresh_description(conn, doc, request.source)
+            refresh_descriptions(conn, doc, request.source)
             if request.source.connector is not None:
                 docs_repo.set_connector(conn, doc_id=doc.doc_id, connector=request.source.connector)
             conn.commit()

@@ -25,7 +25,14 @@ from typing import Any
 from ragline_client.client import Client
 from ragline_client.errors import RaglineError
 from ragline_client.failures import Remembered, remembered_value
-from ragline_client.models import AclIn, ConnectorStateOut, ConnectorStateUpdate, DocumentIn, JobOut
+from ragline_client.models import (
+    MAX_METADATA_KEYS,
+    AclIn,
+    ConnectorStateOut,
+    ConnectorStateUpdate,
+    DocumentIn,
+    JobOut,
+)
 from ragline_client.sync_report import SyncReport
 
 
@@ -54,14 +61,25 @@ class FileDocument:
 @dataclass(frozen=True, slots=True)
 class Linked:
     """A document and the documents it carries (an e-mail and its attachments), returned by
-    ``load``. The kit pushes the linked documents beside it under the parent's ACL, keeps them
-    while the parent is unchanged, gives them the parent's ACL changes, deletes the ones a new
-    version of the parent no longer carries, and deletes them all with the parent. A connector
-    lists only parents; each linked document's id must be its own (say, the parent's id plus
+    ``load``. The kit pushes the linked documents beside it under the parent's ACL and with
+    the parent's metadata under their own (``inherited``), keeps them while the parent is
+    unchanged, gives them the parent's ACL changes, deletes the ones a new version of the
+    parent no longer carries, and deletes them all with the parent. A connector lists only
+    parents; each linked document's id must be its own (say, the parent's id plus
     ``#attachment=N``) and its metadata should name the parent."""
 
     document: DocumentIn
     linked: Sequence[DocumentIn] = ()
+
+
+def inherited(parent: DocumentIn, linked: DocumentIn, acl: AclIn) -> DocumentIn:
+    """A linked document as the kit pushes it: under the parent's ACL, whatever the connector
+    gave, and with the parent's metadata under its own, so a filter on what the parent says
+    (its folder, sender, date) finds what it carries too. Past the key limit the parent's
+    last keys are left out, never the linked document's own."""
+    room = max(0, MAX_METADATA_KEYS - len(linked.metadata))
+    parents = [(k, v) for k, v in parent.metadata.items() if k not in linked.metadata][:room]
+    return linked.model_copy(update={"acl": acl, "metadata": {**dict(parents), **linked.metadata}})
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,8 +340,8 @@ class Syncer:
                 elif isinstance(doc, Linked):
                     inline.append((item, doc.document))
                     linked[item.external_id] = [d.external_id for d in doc.linked]
-                    for d in doc.linked:  # under the parent's ACL, whatever the connector gave
-                        inline.append((_child(item, d.external_id), d.model_copy(update={"acl": item.acl})))
+                    for d in doc.linked:
+                        inline.append((_child(item, d.external_id), inherited(doc.document, d, item.acl)))
                 else:
                     inline.append((item, doc))
             except Exception as exc:  # load's contract: whatever it raises fails this item alone

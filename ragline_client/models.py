@@ -77,6 +77,7 @@ PrincipalId = Annotated[str, StringConstraints(max_length=256), AfterValidator(r
 ExternalId = Annotated[str, AfterValidator(rules.external_id)]
 SafeText = Annotated[str, AfterValidator(rules.no_nul)]
 MetaKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+MAX_METADATA_KEYS = 64  # on one pushed document
 # Values that decide access or filtering are strict: "yes", "on" or 1 are not booleans.
 MetaValue = (
     Annotated[str, StringConstraints(max_length=2000), AfterValidator(rules.no_nul)]
@@ -135,7 +136,7 @@ class DocumentIn(Strict):
     text: str | None = None
     content_base64: str | None = None
     mime_type: MimeType | None = None
-    metadata: dict[MetaKey, MetaValue] = Field(default_factory=dict, max_length=64)
+    metadata: dict[MetaKey, MetaValue] = Field(default_factory=dict, max_length=MAX_METADATA_KEYS)
     acl: AclIn = Field(default_factory=AclIn)
 
     @model_validator(mode="after")

@@ -48,13 +48,20 @@ def _message(*, notes: bool = True, docx: bytes | None = None) -> bytes:
 
 
 def _push(
-    client: TestClient, token: str, external_id: str, content: bytes, acl: dict, connector: str = ""
+    client: TestClient,
+    token: str,
+    external_id: str,
+    content: bytes,
+    acl: dict,
+    connector: str = "",
+    metadata: dict[str, str] | None = None,
 ) -> dict:
     doc = {
         "external_id": external_id,
         "content_base64": base64.b64encode(content).decode(),
         "mime_type": EML,
         "acl": acl,
+        "metadata": metadata or {},
     }
     query = f"?connector={connector}" if connector else ""
     resp = client.post(f"/v1/documents{query}", json={"documents": [doc]}, headers=_auth(token))
@@ -62,8 +69,8 @@ def _push(
     return wait_job(client, token, resp.json()["job_id"])
 
 
-def _search(client: TestClient, token: str, query: str) -> list[dict]:
-    body = {"query": query, "top_k": 10, "mode": "lexical"}
+def _search(client: TestClient, token: str, query: str, filters: dict | None = None) -> list[dict]:
+    body = {"query": query, "top_k": 10, "mode": "lexical", "filters": filters or {}}
     resp = client.post("/v1/retrieve", json=body, headers=_auth(token))
     assert resp.status_code == 200, resp.text
     return resp.json()["results"]
@@ -154,6 +161,47 @@ def test_pushed_message_attachments_are_documents_with_its_lifecycle(
     )
     assert _live(db_url, "acme") == {}
     assert _search(full_client, boss, "database backups thirty five days") == []
+
+
+def test_attachments_inherit_the_message_metadata_and_acl(full_client: TestClient, db_url: str) -> None:
+    """A filter on what the message was pushed with (``--metadata source=share``) finds the
+    fact only its attachment holds, for the message's readers and nobody else; the message's
+    From/To/Date are the attachment's too, its own keys win; a re-push of the same bytes with
+    new metadata re-describes the attachments without a new version."""
+    ingest = make_key(db_url, "acme", ["ingest"])
+    reader = make_key(db_url, "acme", ["query"], principal="user:reader")
+    outsider = make_key(db_url, "acme", ["query"], principal="user:outsider")
+    acl = {"principals": ["user:reader"]}
+    # A pushed key an attachment names itself by is the attachment's, not the message's.
+    pushed = {"source": "share", "team": "harbour", "attachment_filename": "pushed.bin"}
+    message = _message(docx=office_factory.docx_bytes())  # one DOCX: it records when it was written
+    job = _push(full_client, ingest, "share.eml", message, acl, metadata=pushed)
+    assert job["state"] == "succeeded" and not job["errors"], job
+    query = "harbour crane inspection ninth week"
+    for filters in ({"source": ["share"]}, {"metadata": {"team": "harbour"}}):
+        hit = _search(full_client, reader, query, filters)[0]
+        assert hit["document_external_id"] == "share.eml#attachment=2", filters
+        assert _search(full_client, outsider, query, filters) == []
+    assert hit["metadata"] == {
+        "source": "share",
+        "team": "harbour",
+        "email_from": "Quay Master <quay@example.org>",
+        "email_to": "ops@example.org",
+        "email_date": "2026-12-01T09:30:00+00:00",
+        "parent_external_id": "share.eml",
+        "attachment_filename": "notes.txt",
+        "message_subject": "Harbour maintenance plan",
+    }
+    assert _search(full_client, outsider, query) == []
+    versions = _live(db_url, "acme")
+
+    job = _push(full_client, ingest, "share.eml", message, acl, metadata={"source": "archive"})
+    assert job["state"] == "succeeded", job
+    assert _live(db_url, "acme") == versions  # unchanged bytes: no new version of any
+    assert _search(full_client, reader, query, {"source": ["share"]}) == []
+    hit = _search(full_client, reader, query, {"source": ["archive"]})[0]
+    assert hit["document_external_id"] == "share.eml#attachment=2"
+    assert "team" not in hit["metadata"] and hit["metadata"]["email_from"] == "Quay Master <quay@example.org>"
 
 
 def test_uploaded_message_attachments_are_documents(full_client: TestClient, db_url: str) -> None:

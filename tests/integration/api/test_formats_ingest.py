@@ -55,6 +55,7 @@ def test_office_files_keep_structure_through_the_api(full_client: TestClient, db
         _doc("handbook.docx", office_factory.docx_bytes(rows=120), DOCX),
         _doc("deck.pptx", office_factory.pptx_bytes(slides=3), PPTX),
         _doc("servers.xlsx", office_factory.xlsx_bytes(rows=300), XLSX),
+        _doc("budget.xlsx", office_factory.uncalculated_xlsx_bytes(), XLSX),
         _doc("cities.csv", office_factory.csv_bytes(rows=5), CSV),
         _doc("archive.zip", b"PK\x03\x04", "application/zip"),
         _doc("secret.docx", hostile_office.encrypted(office_factory.docx_bytes()), DOCX),
@@ -66,7 +67,11 @@ def test_office_files_keep_structure_through_the_api(full_client: TestClient, db
     ]
     job = wait_job(full_client, ingest, resp.json()["job_id"])
     assert [(e["external_id"], e["code"]) for e in job["errors"]] == [("secret.docx", "encrypted_document")]
-    assert job["documents"] == {"total": 5, "done": 5, "failed": 1, "unchanged": 0}
+    assert job["documents"] == {"total": 6, "done": 6, "failed": 1, "unchanged": 0}
+    # Formulas no application calculated: the job item says so (a workbook that has its
+    # cached values, servers.xlsx, says nothing).
+    warnings = {w["external_id"]: w["warnings"] for w in job["warnings"]}
+    assert warnings == {"budget.xlsx": ["formulas_without_values: 3 (Budget: 2, Summary: 1)"]}
 
     hit = _search(full_client, reader, "database backups nightly thirty five days", mode="lexical")[0]
     assert hit["document_external_id"] == "handbook.docx"

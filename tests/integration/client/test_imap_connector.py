@@ -143,9 +143,12 @@ def test_folder_acl_expunge_and_uidvalidity(live_tenant: LiveServer, server: dv.
     ann_imap.logout()
 
 
+ANN = "Ann <ann@example.com>"
+
+
 def with_attachments() -> bytes:
     mail = EmailMessage()
-    mail["From"], mail["To"], mail["Subject"] = "Ann <ann@example.com>", "bob@example.com", "Runbooks"
+    mail["From"], mail["To"], mail["Subject"] = ANN, "bob@example.com", "Runbooks"
     mail["Message-ID"] = "<att1@example.com>"
     mail.set_content("Both runbooks are attached.")
     runbook = "# Rotating certificates\n\nRenew the wildcard certificate with certbot, then reload nginx.\n"
@@ -182,6 +185,10 @@ def test_attachments_are_linked_documents(live_tenant: LiveServer, server: dv.Do
     message_id = hit.metadata["parent_external_id"]
     assert hit.document_external_id == f"{message_id}#attachment=1" and hit.title == "certs.md"
     assert hit.metadata["message_id"] == "<att1@example.com>" and hit.metadata["folder"] == "Att"
+    # The message's metadata is the attachment's too: a filter on its sender finds what it sent.
+    assert hit.metadata["from"] == ANN and hit.metadata["mailbox_owner"] == "ann"
+    sent = bob.retrieve("renew the wildcard certificate certbot", filters={"metadata": {"from": ANN}})
+    assert f"{message_id}#attachment=1" in [r.document_external_id for r in sent.results]
     parent = next(
         r for r in ann.retrieve("both runbooks are attached").results if r.document_external_id == message_id
     )

@@ -10,7 +10,9 @@ import pytest
 from cli.connect_sources import owner_principal
 from cli.connect_sql import SqlSpec, _principals
 from core.errors import InvalidInputError
+from ragline_client.connector import inherited
 from ragline_client.imap_source import _unquote, folder_readers
+from ragline_client.models import MAX_METADATA_KEYS, AclIn, DocumentIn
 
 
 def test_imap_acl_rights_and_identifiers() -> None:
@@ -52,3 +54,24 @@ def test_codeowners_owner_names() -> None:
     assert owner_principal("@acme/payroll") == "group:acme/payroll"
     assert owner_principal("ada@example.com") == "user:ada@example.com"
     assert owner_principal("nobody") is None
+
+
+def test_a_linked_document_inherits_its_parents_acl_and_metadata_within_the_key_limit() -> None:
+    """The kit pushes an attachment under its message's ACL and metadata, its own keys winning;
+    a parent with the most keys a document may have crowds out its own last keys, never the
+    attachment's, so the pushed document still passes the server's limit."""
+    filler = {f"k{i:02d}": "v" for i in range(MAX_METADATA_KEYS - 2)}
+    parent = DocumentIn(external_id="m", text="body", metadata={"folder": "Inbox", "from": "ann", **filler})
+    child = DocumentIn(
+        external_id="m#attachment=1",
+        text="x",
+        metadata={"parent_external_id": "m", "folder": "Sent"},
+        acl=AclIn(public=True),
+    )
+    pushed = inherited(parent, child, AclIn(principals=["user:ann"]))
+    assert pushed.acl == AclIn(principals=["user:ann"])
+    assert pushed.metadata["folder"] == "Sent" and pushed.metadata["from"] == "ann"
+    assert pushed.metadata["parent_external_id"] == "m"
+    last = f"k{MAX_METADATA_KEYS - 3:02d}"
+    assert len(pushed.metadata) == MAX_METADATA_KEYS and last not in pushed.metadata
+    DocumentIn.model_validate(pushed.model_dump())

@@ -134,6 +134,30 @@ def _with_cached_values(data: bytes, rows: int) -> bytes:
     return out.getvalue()
 
 
+def uncalculated_xlsx_bytes() -> bytes:
+    """A budget as openpyxl writes it: formulas (a plain one, one over another sheet, an
+    array formula) with no cached values, as no spreadsheet application ever calculated them."""
+    import openpyxl
+    from openpyxl.worksheet.formula import ArrayFormula
+
+    book = openpyxl.Workbook()
+    budget = book.active
+    budget.title = "Budget"
+    budget.append(["Item", "Cost"])
+    budget.append(["Cranes", 18450])
+    budget.append(["Pallets", 920])
+    budget.append(["Total", "=SUM(B2:B3)"])
+    budget["C1"] = "Doubled"
+    budget["C2"] = ArrayFormula("C2:C3", "=B2:B3*2")
+    summary = book.create_sheet("Summary")
+    summary.append(["Measure", "Value"])
+    summary.append(["Budget total", "=Budget!B4"])
+    summary.append(["Owner", "Marta Quintero"])
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
 def csv_bytes(rows: int = 4, delimiter: str = ",") -> bytes:
     lines = [delimiter.join(("city", "country", "population"))]
     lines += [delimiter.join((f"city{index}", "Freedonia", str(1000 + index))) for index in range(rows)]

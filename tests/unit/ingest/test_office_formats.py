@@ -89,6 +89,21 @@ def test_xlsx_one_section_per_sheet_with_cached_formula_values() -> None:
         "| host-0001 | 5 | 16 | 80 |",
         "| host-0002 | 6 | 16 | 96 |",
     ]
+    assert parsed.warnings == ()
+
+
+def test_xlsx_formulas_never_calculated_read_as_formulas_with_a_warning() -> None:
+    """A formula with no cached value is not an empty cell: it reads as its formula, and the
+    document's warning counts such cells per sheet (the job item shows it)."""
+    parsed = parse_document(_doc(office_factory.uncalculated_xlsx_bytes(), XLSX))
+    budget, summary = (s.text.splitlines() for s in parsed.sections if s.kind is SectionKind.TABLE)
+    assert budget[2:] == [
+        "| Cranes | 18450 | =B2:B3*2 |",
+        "| Pallets | 920 |  |",
+        "| Total | =SUM(B2:B3) |  |",
+    ]
+    assert summary[2:] == ["| Budget total | =Budget!B4 |", "| Owner | Marta Quintero |"]
+    assert parsed.warnings == ("formulas_without_values: 3 (Budget: 2, Summary: 1)",)
 
 
 def test_long_sheet_chunks_each_start_with_the_header_row() -> None:

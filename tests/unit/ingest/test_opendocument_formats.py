@@ -183,7 +183,7 @@ def test_odp_shapes_read_by_position_and_groups_in_place() -> None:
 def test_ods_one_section_per_sheet_with_cached_values() -> None:
     parsed = ods.parse(office_factory.ods_bytes(rows=3))
     _offsets_exact(parsed)
-    assert parsed.page_count == 2
+    assert parsed.page_count == 2 and parsed.warnings == ()
     tables = [s for s in parsed.sections if s.kind is SectionKind.TABLE]
     assert [(t.heading_path, t.page_start) for t in tables] == [(("Servers",), 1), (("Owners",), 2)]
     # The formula column gives its cached office:value, not the display string "64.00 GB";
@@ -196,6 +196,47 @@ def test_ods_one_section_per_sheet_with_cached_values() -> None:
         "| host-0002 | 6 | 16 | 96 | 2026-12-01 |",
     ]
     assert tables[1].text.splitlines()[2] == "| platform | ops@example.org |"
+
+
+def test_ods_formulas_never_calculated_read_as_formulas_with_a_warning() -> None:
+    """As XLSX's: a formula cell with neither a cached value nor text (odfpy writes what it
+    is given, and no application calculated it) reads as its formula, counted in a warning;
+    a calculated one reads as its value and is not counted."""
+    from odf import table, text
+    from odf.opendocument import OpenDocumentSpreadsheet
+
+    def cell(shown: str | None = None, **attributes: str) -> table.TableCell:
+        element = table.TableCell(**attributes)
+        if shown is not None:
+            element.addElement(text.P(text=shown))
+        return element
+
+    book = OpenDocumentSpreadsheet()
+    grid = table.Table(name="Budget")
+    for cells in (
+        [cell("Item", valuetype="string"), cell("Cost", valuetype="string")],
+        [cell("Cranes", valuetype="string"), cell("18,450", valuetype="float", value="18450")],
+        [
+            cell("Doubled", valuetype="string"),
+            cell("36,900", formula="of:=[.B2]*2", valuetype="float", value="36900"),
+        ],
+        [cell("Total", valuetype="string"), cell(formula="of:=SUM([.B2:.B3])")],
+    ):
+        row = table.TableRow()
+        for element in cells:
+            row.addElement(element)
+        grid.addElement(row)
+    book.spreadsheet.addElement(grid)
+    out = io.BytesIO()
+    book.save(out)
+    parsed = parse_document(_doc(out.getvalue(), ODS))
+    (sheet,) = [s for s in parsed.sections if s.kind is SectionKind.TABLE]
+    assert sheet.text.splitlines()[2:] == [
+        "| Cranes | 18450 |",
+        "| Doubled | 36900 |",
+        "| Total | =SUM([.B2:.B3]) |",
+    ]
+    assert parsed.warnings == ("formulas_without_values: 1 (Budget: 1)",)
 
 
 def test_ods_cell_values_by_type() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
+from email.message import EmailMessage
 
 import numpy as np
 
-from core.records import Failed, ItemRef, Prepared, SourceDocument, Unchanged
+from core.records import Acl, Failed, ItemRef, Prepared, SourceDocument, Unchanged
+from ingest.parse import EML
 from ingest.pipeline import embed, hash_source, prepare, with_version
 from tests.factories import chunking
 
@@ -92,3 +94,37 @@ def test_with_version_rederives_ids_and_parent_links() -> None:
     assert any(c.parent_id for c in v2)
     assert all(c.parent_id is None or c.parent_id in ids for c in v2)
     assert with_version(out.chunks, tenant_id="t1", external_id="doc", version=2, key=b"k" * 32) == v2
+
+
+def test_an_emails_attachments_inherit_its_metadata_and_acl() -> None:
+    """Each attachment document has the message's readers and pushed metadata (``source``
+    included) and its headers; its own keys win over pushed ones of the same name, and an
+    attached message's own headers over the outer message's."""
+    inner = EmailMessage()
+    inner["From"], inner["Subject"] = "Bob <bob@example.org>", "Dock hours"
+    inner.set_content("The dock closes at six on Fridays.")
+    outer = EmailMessage()
+    outer["From"], outer["To"], outer["Subject"] = "Alice <alice@example.org>", "ops@example.org", "Weekly"
+    outer["Date"] = "Tue, 01 Dec 2026 09:30:00 +0000"
+    outer.set_content("See the attached notes.")
+    outer.add_attachment(b"Cranes are inspected every ninth week.", "text", "plain", filename="notes.txt")
+    outer.add_attachment(inner.as_bytes(), "application", "octet-stream", filename="dock.eml")
+    pushed = {"source": "share", "attachment_filename": "pushed.bin"}
+    acl = Acl(("user:ann",))
+    source = SourceDocument("t1", "mail.eml", EML, outer.as_bytes(), metadata=pushed, acl=acl)
+    out = _prepare(source)
+    assert isinstance(out, Prepared)
+    notes, dock = out.children
+    assert notes.parsed is not None and dock.parsed is not None
+    assert notes.source.acl == acl and dock.source.acl == acl
+    headers = {
+        "email_from": "Alice <alice@example.org>",
+        "email_to": "ops@example.org",
+        "email_date": "2026-12-01T09:30:00+00:00",
+    }
+    own = {"parent_external_id": "mail.eml", "attachment_filename": "notes.txt", "message_subject": "Weekly"}
+    # What the commit stores: the file's metadata under the source's (jobs.commit._metadata).
+    assert {**notes.parsed.metadata, **notes.source.metadata} == {**headers, "source": "share", **own}
+    stored = {**dock.parsed.metadata, **dock.source.metadata}
+    assert stored["email_from"] == "Bob <bob@example.org>" and stored["email_to"] == "ops@example.org"
+    assert stored["source"] == "share" and stored["attachment_filename"] == "dock.eml"
