@@ -19,6 +19,9 @@ from psycopg.rows import class_row
 
 from catalog.changes import record_change
 
+# Documents an audit entry names (a swap long after a migration may keep many: the count is exact).
+KEPT_NAMED = 100
+
 
 def rechunked_hash(content_hash: str, chunking: str) -> str:
     """The content hash of a version re-chunked with ``chunking`` from one hashed ``content_hash``."""
@@ -69,7 +72,14 @@ class Alignment:
     kept: tuple[str, ...] = field(default_factory=tuple)  # "tenant/external_id": no such version
 
     def as_json(self) -> dict[str, object]:
-        return {"chunking": self.chunking, "restored": self.restored, "kept": list(self.kept)}
+        """For an audit entry: the first ``KEPT_NAMED`` kept documents by name, all by count."""
+        kept = list(self.kept[:KEPT_NAMED])
+        return {
+            "chunking": self.chunking,
+            "restored": self.restored,
+            "kept": kept,
+            "kept_total": len(self.kept),
+        }
 
 
 def misaligned(conn: psycopg.Connection, *, chunking: str) -> list[Misaligned]:

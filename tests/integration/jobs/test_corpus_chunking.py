@@ -90,7 +90,12 @@ def test_a_rollback_serves_the_chunks_of_the_version_rolled_back_to(
         swap = audit.entries(conn, action="index.swap", limit=1)[0]
     assert {k: v[0] for k, v in current.items()} == {**{f"m{i}": DEFAULT for i in range(4)}, "late": SMALL}
     # The document written after the migration has no version cut 256/32: named, still served.
-    assert swap.details["chunking"] == {"chunking": DEFAULT, "restored": 4, "kept": [f"{TENANT}/late"]}
+    assert swap.details["chunking"] == {
+        "chunking": DEFAULT,
+        "restored": 4,
+        "kept": [f"{TENANT}/late"],
+        "kept_total": 1,
+    }
 
     settings = Settings(data_dir=tmp_path, database_url=db_url, embedding_backend="torch")
     acl = AclFilter(tenant_id=TENANT, readers=frozenset({"user:x"}))
