@@ -61,7 +61,8 @@ ACTIONS: Mapping[str, Shape] = {
     "job.cancel": _write("job id", "kind", "state"),
     "job.resume": _write("job id", "kind", "state"),
     "index.rebuild": _write("version id", "model", "shards", "chunks", "reasons"),
-    "index.swap": _write("alias", "from", "to", "reasons"),
+    # ``chunking``: documents pointed back at their versions cut with the version's chunking.
+    "index.swap": _write("alias", "from", "to", "reasons", optional=("chunking",)),
     "index.gc": _write("deleted version ids", "deleted"),
     # A purge rebuilt the alias: its rollback target's files still hold the purged text.
     "index.forget_rollback": _write("alias", "version", "reason"),
@@ -78,7 +79,9 @@ ACTIONS: Mapping[str, Shape] = {
         "query_file",
         "force",
     ),
-    "reembed.swap": _write("alias", "job_id", "from", "to", "model", "gate_passed", "forced"),
+    "reembed.swap": _write(
+        "alias", "job_id", "from", "to", "model", "gate_passed", "forced", optional=("chunking",)
+    ),
     "schedule.add": _write("schedule id", "job", "cron", "args"),
     "schedule.remove": _write("schedule id"),
     "connector.state": _write(

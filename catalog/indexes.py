@@ -31,6 +31,13 @@ class VersionRow:
     built_at: datetime | None
     retired_at: datetime | None
 
+    @property
+    def chunking(self) -> str | None:
+        """``TOKENS/OVERLAP`` most of the version's documents were cut with (None: built
+        before versions recorded it)."""
+        value = self.params.get("chunking")
+        return str(value) if value else None
+
 
 _FIELDS = (
     "version_id, state, path, embedding_model, dim, n_shards, chunk_count, catalog_position, params,"

@@ -77,6 +77,7 @@ def _version_dict(v: VersionRow, aliases: dict[str, str]) -> dict[str, object]:
         "dim": v.dim,
         "shards": v.n_shards,
         "chunks": v.chunk_count,
+        "chunking": v.chunking,  # what new ingests cut with while the version is live
         "position": v.catalog_position,
         "created_at": v.created_at,
         "built_at": v.built_at,
@@ -92,7 +93,17 @@ def _list(args: argparse.Namespace) -> int:
     with conn:
         versions, aliases = list_versions(conn)
         rows = [_version_dict(v, aliases) for v in versions]
-    columns = ("version_id", "state", "aliases", "model", "shards", "chunks", "position", "built_at")
+    columns = (
+        "version_id",
+        "state",
+        "aliases",
+        "model",
+        "shards",
+        "chunks",
+        "chunking",
+        "position",
+        "built_at",
+    )
     print_rows(rows, columns, as_json=args.json, title="index versions")
     return 0
 

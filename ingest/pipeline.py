@@ -51,6 +51,17 @@ class ChunkingConfig:
         """``TOKENS/OVERLAP``, as stored on each document version."""
         return f"{self.chunk_tokens}/{self.overlap_tokens}"
 
+    def with_label(self, label: str) -> ChunkingConfig:
+        """These settings cut at ``TOKENS/OVERLAP`` instead (an index version's chunking).
+
+        Raises:
+            ValueError: ``label`` is not two integers, overlap smaller than tokens.
+        """
+        tokens, sep, overlap = label.partition("/")
+        if not sep or not tokens.isdigit() or not overlap.isdigit() or int(overlap) >= int(tokens):
+            raise ValueError(f"chunking must be TOKENS/OVERLAP with OVERLAP < TOKENS: {label!r}")
+        return dataclasses.replace(self, chunk_tokens=int(tokens), overlap_tokens=int(overlap))
+
 
 def hash_source(source: SourceDocument, config: ChunkingConfig) -> str:
     """Content identity: normalised bytes, title, and what changes chunking."""

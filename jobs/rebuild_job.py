@@ -19,6 +19,7 @@ import numpy as np
 import psycopg
 
 from catalog import changes as changes_repo
+from catalog import chunkings as chunkings_repo
 from catalog import indexes as indexes_repo
 from catalog import maintenance as maintenance_repo
 from index.builder import auto_params, build_version
@@ -39,6 +40,9 @@ class Snapshot:
     texts: list[str]
     vectors: np.ndarray
     live_chunks: int  # visible leaf chunks at the position, with a vector for the model or not
+    # The chunking (TOKENS/OVERLAP) most of its documents were cut with: the version's, which
+    # new ingests use while it serves (None: unknown, versions written before it was recorded).
+    chunking: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,7 @@ def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:
     with maintenance_repo.repeatable_read(conn):
         position = changes_repo.current_position(conn)
         live = maintenance_repo.all_live_leaf_count(conn)
+        chunking = chunkings_repo.dominant_chunking(chunkings_repo.live_chunkings(conn))
         for chunk in maintenance_repo.iter_live_leaf_chunks(conn, model=model):
             rows.append(chunk.chunk_row)
             docs.append(chunk.doc_id)
@@ -70,7 +75,7 @@ def snapshot(conn: psycopg.Connection, *, model: str) -> Snapshot:
             vecs.append(np.frombuffer(chunk.vector, dtype="<f4"))
     vectors = np.stack(vecs).astype(np.float32) if vecs else np.zeros((0, 0), np.float32)
     return Snapshot(
-        position, np.array(rows, np.int64), np.array(docs, np.int64), tenants, texts, vectors, live
+        position, np.array(rows, np.int64), np.array(docs, np.int64), tenants, texts, vectors, live, chunking
     )
 
 
@@ -111,6 +116,8 @@ def build_snapshot(
     }
     if built_on is not None:
         params["built_on"] = built_on
+    if snap.chunking is not None:
+        params["chunking"] = snap.chunking
     with conn.transaction():
         indexes_repo.create_version(
             conn,

@@ -11,7 +11,6 @@ never undone: a document that changed under the pass is left for the next pass.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ import psycopg
 from catalog import documents as docs_repo
 from catalog import reembed as reembed_repo
 from catalog import secrets as secrets_repo
+from catalog.chunkings import rechunked_hash
 from catalog.reembed import ParentSection, StaleDocument
 from core.records import ParsedDocument, Section, SectionKind
 from index.embedder import Embedder
@@ -150,7 +150,7 @@ def _rechunk_one(
             title=current.title,
             metadata=current.metadata,
             acl=current.acl,
-            content_hash=hashlib.sha256(f"{doc.content_hash}|{chunking.label}".encode()).hexdigest(),
+            content_hash=rechunked_hash(doc.content_hash, chunking.label),
             byte_size=len(parsed.text.encode()),
             page_count=parsed.page_count,
             warnings=parsed.warnings,

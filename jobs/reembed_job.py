@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from catalog import audit
+from catalog import chunkings as chunkings_repo
 from catalog import indexes as indexes_repo
 from catalog import jobs as jobs_repo
 from catalog import maintenance as maintenance_repo
@@ -318,6 +319,8 @@ def _migrate(
     backfill.run(conn, progress)
     with conn.transaction():
         previous = indexes_repo.swap_alias(conn, alias=config.alias, version_id=target_id)
+        # Documents written between the last re-chunk pass and this swap: named, not lost.
+        aligned = chunkings_repo.align_to_version(conn, version_id=target_id)
         audit.record(
             conn,
             actor=config.actor,
@@ -332,6 +335,7 @@ def _migrate(
                 "gate_passed": result["passed"],
                 "forced": not result["passed"],
                 "via": config.via,
+                **({"chunking": aligned.as_json()} if aligned and (aligned.restored or aligned.kept) else {}),
             },
         )
     report["swapped"] = {

@@ -25,6 +25,7 @@ import psycopg
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from catalog import erasures as erasures_repo
+from catalog import indexes as indexes_repo
 from catalog import jobs as jobs_repo
 from catalog.jobs import TERMINAL
 from core import tracing
@@ -68,6 +69,18 @@ def _log_retry(state: RetryCallState) -> None:
         state.attempt_number,
         state.next_action.sleep if state.next_action is not None else 0.0,
     )
+
+
+def corpus_chunking(conn: psycopg.Connection, *, alias: str, configured: ChunkingConfig) -> ChunkingConfig:
+    """The chunking a new ingest cuts with: the one ``alias``'s index version was built with
+    (chunking is a property of the corpus: a re-chunking migration changes it, a rollback
+    changes it back), else the configured one (no version yet, or one built before versions
+    recorded it). Only the chunk size and overlap come from the version."""
+    live = indexes_repo.resolve_alias(conn, alias=alias)
+    label = live.chunking if live is not None else None
+    if label is None or label == configured.label:
+        return configured
+    return configured.with_label(label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +310,7 @@ class IngestRunner:
             try:
                 attributes = {"ragline.job.id": str(job_id), "ragline.job.kind": job.kind}
                 with tracing.continued("ingest.job", job.params.get("trace") or {}, **attributes):
-                    self._execute(conn, self._context(job), on_progress)
+                    self._execute(conn, self._context(conn, job), on_progress)
             except Cancelled:
                 log.info("job %s cancelled", job_id)
             except LeaseLost:
@@ -317,13 +330,22 @@ class IngestRunner:
                 log.exception("job %s: on_finished hook failed", job_id)
         return state
 
-    def _context(self, job: jobs_repo.JobRow) -> JobContext:
+    def _context(self, conn: psycopg.Connection, job: jobs_repo.JobRow) -> JobContext:
+        chunking = corpus_chunking(conn, alias=self.config.alias, configured=self.config.chunking)
+        if chunking != self.config.chunking:
+            log.warning(
+                "job %s: chunking %s, the live index version's; the settings' %s apply only to a"
+                " corpus without one (change a corpus's chunking with ragline reembed --chunking)",
+                job.job_id,
+                chunking.label,
+                self.config.chunking.label,
+            )
         return JobContext(
             job_id=job.job_id,
             tenant_id=job.tenant_id,
             conninfo=self.config.conninfo,
             model_name=self.config.model_name,
-            chunking=self.config.chunking,
+            chunking=chunking,
             batch_documents=self.config.batch_documents,
             embedding=self.config.embedding,
             upload_dir=self.config.upload_dir,

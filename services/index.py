@@ -10,6 +10,7 @@ that made the change.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from catalog import audit
+from catalog import chunkings as chunkings_repo
 from catalog import indexes as indexes_repo
 from catalog import maintenance as maintenance_repo
 from catalog import purge as purge_repo
@@ -37,6 +39,8 @@ from jobs.rebuild_job import RebuildAdvice, RebuildConfig, rebuild_advice, rebui
 from jobs.rebuild_job import rebuild as build_version
 from retrieve.service import SearchService
 from services.caller import Caller
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AliasRow",
@@ -246,15 +250,33 @@ def _point_alias(
     conn: psycopg.Connection, *, alias: str, version_id: str, caller: Caller, reasons: Sequence[str]
 ) -> str | None:
     """Move ``alias`` and audit ``index.swap`` in one transaction, without re-checking the
-    files (a version this process just built or :func:`swap` verified)."""
+    files (a version this process just built or :func:`swap` verified).
+
+    Chunking is a property of the corpus: documents cut with another chunking than the
+    version's are pointed back at their versions cut with it (a rollback past a re-chunking
+    migration serves the chunks the version holds, not the new ones from its delta); those
+    changed since keep theirs, named in the audit entry's ``chunking.kept``.
+    """
     with conn.transaction():
         previous = indexes_repo.swap_alias(conn, alias=alias, version_id=version_id)
-        audit.record(
-            conn,
-            actor=caller.actor,
-            action="index.swap",
-            target=alias,
-            details={"from": previous, "to": version_id, "reasons": list(reasons), "via": caller.via},
+        aligned = chunkings_repo.align_to_version(conn, version_id=version_id)
+        details: dict[str, Any] = {
+            "from": previous,
+            "to": version_id,
+            "reasons": list(reasons),
+            "via": caller.via,
+        }
+        if aligned is not None and (aligned.restored or aligned.kept):
+            details["chunking"] = aligned.as_json()
+        audit.record(conn, actor=caller.actor, action="index.swap", target=alias, details=details)
+    if aligned is not None and aligned.kept:
+        log.warning(
+            "%s -> %s: %d documents changed since have no version cut %s; they keep their chunks"
+            " until re-ingested or re-chunked",
+            alias,
+            version_id,
+            len(aligned.kept),
+            aligned.chunking,
         )
     return previous
 
