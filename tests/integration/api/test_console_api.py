@@ -293,7 +293,7 @@ def test_console_page_and_assets(foundation_client: TestClient) -> None:
 def test_the_query_boxes_take_the_apis_query_limit(db_url: str, tmp_path: Path) -> None:
     """The console's search and explain boxes allow what the API allows: the one limit
     (``api.max_query_chars``), here lowered, so the app is this test's own."""
-    settings = Settings(data_dir=tmp_path, database_url=db_url, api={"max_query_chars": 300})  # type: ignore[arg-type]
+    settings = Settings(data_dir=tmp_path, database_url=db_url, api={"max_query_chars": 300})
     with TestClient(create_app(settings, hooks=[])) as client:
         page = client.get("/console/").text
         admin = make_key(db_url, "acme", ["admin"], principal="user:root")
