@@ -59,8 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     due = jsub.add_parser("run-due", help="run the schedules that are due now (for an external cron)")
     add_json_flag(due)
     due.set_defaults(handler=_jobs_run_due)
+    described = {
+        "cancel": "Stop a queued or running job (a running one at its next batch). Exit codes: 0 the"
+        " cancel was taken, 1 no such job or it has already ended (its state is printed).",
+    }
     for name, handler in (("resume", _jobs_resume), ("cancel", _jobs_cancel)):
-        p = jsub.add_parser(name)
+        p = jsub.add_parser(name, description=described.get(name))
         p.add_argument("job_id", type=uuid.UUID)
         p.set_defaults(handler=handler)
 
