@@ -287,8 +287,12 @@ def _jobs_cancel(args: argparse.Namespace) -> int:
     at its next batch); 1 for no such job or one that has already ended (nothing to stop)."""
     try:
         with psycopg.connect(_url(get_settings())) as conn:
+            found = jobs_service.find_job(conn, job_id=args.job_id, tenant_id=None)
+            if found is not None and found.state in jobs_service.TERMINAL:
+                print(f"ragline: job {found.job_id} has already ended: {found.state}", file=sys.stderr)
+                return 1
             job = jobs_service.cancel(conn, caller=_caller(), job_id=args.job_id, tenant_id=None)
-    except (NotFoundError, ConflictError) as exc:
+    except NotFoundError as exc:
         print(f"ragline: {exc.message}", file=sys.stderr)
         return 1
     print(f"cancel requested: job {job.job_id} is {job.state}")

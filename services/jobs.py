@@ -27,6 +27,7 @@ from core.errors import ConflictError, NotFoundError, UnavailableError
 from services.caller import Caller, JobSubmitter
 
 __all__ = [
+    "TERMINAL",
     "ItemRow",
     "JobDetail",
     "JobRow",
@@ -109,12 +110,8 @@ def cancel(conn: psycopg.Connection, *, caller: Caller, job_id: uuid.UUID, tenan
 
     Raises:
         NotFoundError: no such job visible to ``tenant_id``.
-        ConflictError: the job has already ended (nothing to stop; nothing audited).
     """
     with conn.transaction():
-        found = jobs_repo.get_job(conn, job_id=job_id, tenant_id=tenant_id)
-        if found is not None and found.state in TERMINAL:
-            raise ConflictError(f"job {job_id} has already ended: {found.state}")
         job = jobs_repo.request_cancel(conn, job_id=job_id, tenant_id=tenant_id)
         if job is None:
             raise NotFoundError(f"no job {job_id}")

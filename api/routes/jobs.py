@@ -100,11 +100,10 @@ def list_jobs(
 
 
 @router.post(
-    "/jobs/{job_id}:cancel", response_model=JobOut, responses=error_responses(401, 403, 429, 404, 409, 422)
+    "/jobs/{job_id}:cancel", response_model=JobOut, responses=error_responses(401, 403, 429, 404, 422)
 )
 def cancel_job(job_id: uuid.UUID, principal: JobsPrincipal, pool: PoolDep) -> JobOut:
-    """Stops a job between batches; items already written stay written. A job that has
-    already ended is a 409 ``conflict`` naming its state."""
+    """Stops a job between batches; items already written stay written."""
     with pool.connection() as conn:
         job = service.cancel(
             conn, caller=Caller(principal.principal_id, "api"), job_id=job_id, tenant_id=principal.tenant_id
