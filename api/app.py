@@ -145,12 +145,13 @@ def _install_middleware(app: FastAPI, settings: Settings) -> None:
 def _include_routers(app: FastAPI, settings: Settings) -> None:
     for router in (health.router, admin.router, fusion.router, feedback.router, connectors.router):
         app.include_router(router)
-    for router in extra_routers(retrieve_limits(settings)):
+    limits = retrieve_limits(settings)
+    for router in extra_routers(limits):
         app.include_router(router)
     if settings.console.enabled:
         from api.routes import console
 
-        app.include_router(console.build_router())
+        app.include_router(console.build_router(limits))
 
 
 def default_hooks() -> list[ServiceHook]:

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictBool, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StringConstraints,
+    create_model,
+    model_validator,
+)
 
 from api.schemas import FiltersIn, ResultOut, RetrieveOut, Strict
+from core.limits import RetrieveLimits
 from retrieve.explain import ExplainReason
 
 PrincipalId = Annotated[str, StringConstraints(min_length=3, max_length=256)]
@@ -76,9 +86,8 @@ class ExplainIn(Strict):
     external_id: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = None
     chunk_id: Annotated[str, StringConstraints(min_length=1, max_length=128)] | None = None
     as_principal: PrincipalId
-    query: Annotated[str, StringConstraints(min_length=1, max_length=4000, strip_whitespace=True)] | None = (
-        None
-    )
+    # Bounded per app by ``explain_in_model`` (the deployment's ``api.max_query_chars``).
+    query: Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)] | None = None
     filters: FiltersIn = Field(default_factory=FiltersIn)
 
     @model_validator(mode="after")
@@ -86,6 +95,20 @@ class ExplainIn(Strict):
         if (self.external_id is None) == (self.chunk_id is None):
             raise ValueError("give exactly one of external_id or chunk_id")
         return self
+
+
+def explain_in_model(limits: RetrieveLimits) -> type[ExplainIn]:
+    """``ExplainIn`` with this app's query limit, the one ``/v1/retrieve`` has: explain ranks
+    the query as a search would."""
+    query = Annotated[
+        str, StringConstraints(min_length=1, max_length=limits.max_query_chars, strip_whitespace=True)
+    ]
+    return create_model(
+        "ExplainIn",
+        __base__=ExplainIn,
+        __module__=__name__,
+        query=(query | None, None),
+    )
 
 
 class ExplainOut(BaseModel):

@@ -78,10 +78,17 @@ class EmbeddingStats:
 
 
 def embedding_stats(conn: psycopg.Connection, *, model: str) -> EmbeddingStats:
-    """How many vectors the catalog stores for ``model``, and their dimension."""
+    """How many ``model`` vectors a full index would hold now, and their dimension: those of
+    visible leaf chunks, as :func:`iter_live_leaf_chunks` reads them for a rebuild (a deleted
+    or superseded chunk's vector stays stored until a purge, but no index version holds it)."""
     with conn.cursor(row_factory=class_row(EmbeddingStats)) as cur:
         row = cur.execute(
-            "SELECT count(*) AS vectors, max(dim) AS dim FROM chunk_embeddings WHERE model = %s", (model,)
+            "SELECT count(*) AS vectors, max(e.dim) AS dim FROM chunks c"
+            " JOIN documents d ON d.doc_id = c.doc_id AND d.current_version = c.version"
+            " AND d.state = 'active'"
+            " JOIN chunk_embeddings e ON e.chunk_row = c.chunk_row AND e.model = %s"
+            " WHERE c.level = 0",
+            (model,),
         ).fetchone()
     return row or EmbeddingStats(0, None)
 

@@ -60,8 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     due = jsub.add_parser("run-due", help="run the schedules that are due now (for an external cron)")
     add_json_flag(due)
     due.set_defaults(handler=_jobs_run_due)
+    described = {
+        "cancel": "Stop a queued or running job (a running one at its next batch). Exit codes: 0 the"
+        " cancel was taken, 1 no such job or it has already ended (its state is printed).",
+    }
     for name, handler in (("resume", _jobs_resume), ("cancel", _jobs_cancel)):
-        p = jsub.add_parser(name)
+        p = jsub.add_parser(name, description=described.get(name))
         p.add_argument("job_id", type=uuid.UUID)
         p.set_defaults(handler=handler)
 
@@ -176,7 +180,14 @@ def _jobs_list(args: argparse.Namespace) -> int:
             "tenant_id": j.tenant_id,
             "kind": j.kind,
             "state": j.state,
-            "documents": f"{j.documents_done}/{j.documents_total}",
+            "progress": jobs_service.progress_line(
+                kind=j.kind,
+                state=j.state,
+                total=j.documents_total,
+                done=j.documents_done,
+                failed=j.documents_failed,
+            ),
+            "unit": jobs_service.job_unit(j.kind),
             "documents_total": j.documents_total,
             "documents_done": j.documents_done,
             "documents_failed": j.documents_failed,
@@ -191,8 +202,7 @@ def _jobs_list(args: argparse.Namespace) -> int:
         "tenant_id",
         "kind",
         "state",
-        "documents",
-        "documents_failed",
+        "progress",
         "chunks",
         "created_at",
     )
@@ -214,9 +224,13 @@ def _jobs_show(args: argparse.Namespace) -> int:
         print_json(body)
         return 0
     print(f"job {body['job_id']}  {body['kind']}  {body['state']}")
-    print("  documents: " + "  ".join(f"{k} {v}" for k, v in body["documents"].items()))
+    print(f"  {body['progress']}")
+    print(f"  {body['unit']}: " + "  ".join(f"{k} {v}" for k, v in body["documents"].items()))
     print(f"  pages {body['pages']}  chunks {body['chunks']}  bytes {body['bytes']}")
-    print("  throughput: " + "  ".join(f"{k} {v:.1f}" for k, v in body["throughput"].items()))
+    rates = body["throughput"]
+    if body["unit"] == "chunks":  # a migration's done count is chunks: its chunks_per_s again
+        rates.pop("documents_per_s")
+    print("  throughput: " + "  ".join(f"{k} {v:.1f}" for k, v in rates.items()))
     if body.get("eta_seconds") is not None:
         print(f"  ETA {body['eta_seconds']:.0f}s")
     if body.get("report"):
@@ -271,8 +285,14 @@ def _resume_here(settings: Settings, job_id: uuid.UUID) -> str | None:
 
 
 def _jobs_cancel(args: argparse.Namespace) -> int:
+    """Exit 0 when the cancel was taken (a queued job is cancelled at once, a running one stops
+    at its next batch); 1 for no such job or one that has already ended (nothing to stop)."""
     try:
         with psycopg.connect(_url(get_settings())) as conn:
+            found = jobs_service.find_job(conn, job_id=args.job_id, tenant_id=None)
+            if found is not None and found.state in jobs_service.TERMINAL:
+                print(f"ragline: job {found.job_id} has already ended: {found.state}", file=sys.stderr)
+                return 1
             job = jobs_service.cancel(conn, caller=_caller(), job_id=args.job_id, tenant_id=None)
     except NotFoundError as exc:
         print(f"ragline: {exc.message}", file=sys.stderr)

@@ -48,7 +48,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `ragline jobs list | head`.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. Output piped to a reader that stops early (``head``)
+    ends the command quietly with 141, for every command alike (the recipe of the Python
+    docs' "Note on SIGPIPE")."""
+    try:
+        try:
+            return _main(argv)
+        finally:  # buffered output reaches a closed pipe here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null, so the interpreter's last flush of stdout has nowhere to fail."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a descriptor (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _main(argv: list[str] | None) -> int:
     # platformdirs (pulled in by a dependency) warns on every run where XDG_RUNTIME_DIR is unset.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     # No tqdm bars from Hugging Face libraries ("Loading weights" on every model load): set

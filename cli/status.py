@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser(
-        "status", help="live versions, shards, delta, jobs, last rebuild and migration, lag, headroom"
+        "status", help="live versions, shards, delta, jobs, last rebuild, schema migration, lag, headroom"
     )
     add_json_flag(status)
     status.set_defaults(handler=_status)
@@ -109,16 +109,20 @@ def _summary(report: StatusReport) -> list[dict[str, Any]]:
         {"item": "changes since build", "value": report.changes_since_build},
         {"item": "freshness lag", "value": lag},
         {
-            "item": "last rebuild",
+            "item": "last index rebuild",
             "value": f"{rebuild.version_id} {rebuild.state} {rebuild.created_at:%Y-%m-%d %H:%M:%S}"
             if rebuild
             else "none",
         },
         {
-            "item": "last migration",
-            "value": f"{migration.number:03d}_{migration.name} {migration.applied_at:%Y-%m-%d %H:%M:%S}"
-            if migration
-            else "none",
+            # The catalog's schema (catalog/migrations), not a model migration (`ragline reembed`,
+            # a job: see the jobs tables).
+            "item": "schema migration (last applied)",
+            "value": (
+                f"{migration.number:03d}_{migration.name} applied {migration.applied_at:%Y-%m-%d %H:%M:%S}"
+                if migration
+                else "none"
+            ),
         },
     ]
     if cap is not None:
@@ -146,7 +150,7 @@ def _tables(report: StatusReport, fusion: list[dict[str, Any]]) -> None:
     )
     print_rows(
         [asdict(j) for j in report.running_jobs],
-        ("job_id", "tenant_id", "kind", "state", "documents_done", "documents_total", "started_at"),
+        ("job_id", "tenant_id", "kind", "state", "progress", "started_at"),
         as_json=False,
         title="running jobs",
     )

@@ -218,7 +218,10 @@ class ItemWarnings(BaseModel):
 
 
 class JobDocuments(BaseModel):
+    """A job's counts, in its ``unit`` (a model migration counts chunks)."""
+
     total: int
+    # Processed so far: succeeded, unchanged and failed alike; ``failed`` names the failures.
     done: int
     failed: int
     unchanged: int
@@ -239,7 +242,9 @@ class JobOut(BaseModel):
                     "job_id": "0b7e3c1a-5f7d-4d8e-9a63-2f4b8c1d9e70",
                     "kind": "ingest",
                     "state": "partially_failed",
-                    "documents": {"total": 3, "done": 2, "failed": 1, "unchanged": 0},
+                    "unit": "documents",
+                    "documents": {"total": 3, "done": 3, "failed": 1, "unchanged": 0},
+                    "progress": "3/3 documents processed · 1 failed",
                     "pages": 14,
                     "chunks": 61,
                     "bytes": 183422,
@@ -268,6 +273,10 @@ class JobOut(BaseModel):
     kind: str
     state: str
     documents: JobDocuments
+    # What ``documents`` counts: ``chunks`` for a model migration (``reembed``), else ``documents``.
+    unit: Literal["documents", "chunks"] = "documents"
+    # The counts in words, as the CLI and the console show them: ``16/16 documents processed · 1 failed``.
+    progress: str = ""
     pages: int
     chunks: int
     bytes: int
@@ -277,7 +286,7 @@ class JobOut(BaseModel):
     finished_at: str | None
     errors: list[ItemError] = Field(default_factory=list)
     warnings: list[ItemWarnings] = Field(default_factory=list)
-    # A running job's estimated seconds left (a migration counts chunks in ``documents``).
+    # A running job's estimated seconds left.
     eta_seconds: float | None = None
     # A migration's report: capacity check, backfill, gate results, the swap (or why not).
     report: dict[str, JsonValue] | None = None

@@ -170,7 +170,8 @@ def serves(conn: psycopg.Connection, *, alias: str) -> bool:
 
 
 def corpus_stats(conn: psycopg.Connection, *, model: str) -> EmbeddingStats:
-    """How many vectors of ``model`` the catalog holds, and their dimension (capacity planning)."""
+    """How many ``model`` vectors a full index of the corpus holds now, and their dimension
+    (capacity planning: what `ragline index verify` counts in a version built now)."""
     return maintenance_repo.embedding_stats(conn, model=model)
 
 

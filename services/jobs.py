@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import psycopg
 
@@ -26,13 +27,16 @@ from core.errors import ConflictError, NotFoundError, UnavailableError
 from services.caller import Caller, JobSubmitter
 
 __all__ = [
+    "TERMINAL",
     "ItemRow",
     "JobDetail",
     "JobRow",
     "cancel",
     "find_job",
     "get_job",
+    "job_unit",
     "list_jobs",
+    "progress_line",
     "resumable",
     "resume",
     "resume_here",
@@ -46,6 +50,26 @@ class JobDetail:
     job: JobRow
     failed: list[ItemRow]
     warned: list[ItemRow]
+
+
+def job_unit(kind: str) -> Literal["documents", "chunks"]:
+    """What a job's counts count: a model migration (``reembed``) chunks, any other job documents."""
+    return "chunks" if kind == "reembed" else "documents"
+
+
+def progress_line(*, kind: str, state: str, total: int, done: int, failed: int) -> str:
+    """A job's progress in words, the one text the API (``progress``), the CLI and the console
+    show: ``16/16 documents processed · 1 failed``.
+
+    ``done`` counts every item processed, succeeded, unchanged or failed alike (the API's
+    ``documents.done``), so a job that has ended reads ``total/total`` and its failures are
+    named beside it, never subtracted in one place and not in another.
+    """
+    unit = job_unit(kind)
+    if state == "running" and done == 0:  # actors starting, or the first batch in flight
+        return f"starting · 0/{total} {unit}"
+    text = f"{done}/{total} {unit} processed"
+    return f"{text} · {failed} failed" if failed else text
 
 
 def resumable(job: JobRow) -> bool:

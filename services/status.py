@@ -27,6 +27,7 @@ from catalog.status import MigrationRow, RebuildRow
 from index.capacity import estimate_capacity
 from index.faiss_shards import DenseKind
 from index.manifest import read_manifest
+from services import jobs as jobs_service
 
 if TYPE_CHECKING:  # the CLI's report needs no search service
     from retrieve.service import FusionConfig, SearchService
@@ -78,6 +79,8 @@ class RunningJob:
     documents_done: int
     documents_total: int
     started_at: datetime | None
+    unit: str = field(metadata={"description": "What the counts count: chunks for a model migration."})
+    progress: str = field(metadata={"description": "The counts in words, as `ragline jobs` shows them."})
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,9 @@ class StatusReport:
     )
     running_jobs: list[RunningJob]
     last_rebuild: RebuildRow | None
-    last_migration: MigrationRow | None
+    last_migration: MigrationRow | None = field(
+        metadata={"description": "The catalog's last schema migration applied (not a model migration)."}
+    )
     capacity: Capacity | None
     node: NodeStatus | None = None
     scope: Literal["deployment", "tenant"] = field(
@@ -249,7 +254,21 @@ def status_report(
     )
     running = [
         RunningJob(
-            str(j.job_id), j.tenant_id, j.kind, j.state, j.documents_done, j.documents_total, j.started_at
+            str(j.job_id),
+            j.tenant_id,
+            j.kind,
+            j.state,
+            j.documents_done,
+            j.documents_total,
+            j.started_at,
+            unit=jobs_service.job_unit(j.kind),
+            progress=jobs_service.progress_line(
+                kind=j.kind,
+                state=j.state,
+                total=j.documents_total,
+                done=j.documents_done,
+                failed=j.documents_failed,
+            ),
         )
         for state in ("running", "queued")
         for j in jobs_repo.list_jobs(conn, tenant_id=tenant_id, state=state, limit=50)

@@ -398,18 +398,21 @@
   }
   // What the state badge says: a running job whose cancel the API accepted is "cancelling".
   function shownState(j) { return j.state === "running" && j.cancel_requested ? "cancelling" : j.state; }
-  // The bar counts documents written (succeeded or unchanged), so a failed job never looks
-  // complete; a running job with nothing written yet (a Ray job starting its actors, or its
-  // first batch in flight) gets an indeterminate bar instead of a misleading 0.
+  // The bar counts items written (succeeded or unchanged), so a failed job never looks
+  // complete; a running job with nothing processed yet (a Ray job starting its actors, or its
+  // first batch in flight) gets an indeterminate bar instead of a misleading 0. The words are
+  // the API's own (`progress`, services.jobs.progress_line), as the CLI prints them.
   function progressCell(j) {
     const d = j.documents, ok = d.done - d.failed;
     const label = "progress of job " + j.job_id.slice(0, 8);
     const bar = j.state === "running" && d.done === 0
       ? el("progress", { "aria-label": label, "data-indeterminate": "true" })
       : el("progress", { max: Math.max(d.total, 1), value: ok, "aria-label": label });
-    const text = j.state === "running" && d.done === 0 ? " starting · 0/" + d.total
-      : " " + ok + "/" + d.total + (d.failed ? " · " + d.failed + " failed" : "");
-    return td(bar, text);
+    return td(bar, " " + j.progress);
+  }
+  // A model migration counts chunks: its rate is chunks per second.
+  function rateCell(j) {
+    return td(fmt(j.throughput.documents_per_s, 2) + (j.unit === "chunks" ? " chunks/s" : " docs/s"));
   }
   async function loadJobs() {
     const jobs = await api("GET", "v1/jobs?limit=50");
@@ -425,7 +428,7 @@
       return el("tr", { "data-job-id": j.job_id, "data-state": state },
         td(el("code", { text: j.job_id.slice(0, 8) })), td(j.kind), td(el("span", { class: "state " + state, text: state })),
         progressCell(j),
-        td(d.failed), td(fmt(j.throughput.documents_per_s, 2) + " docs/s"), td(eta(j)), td(when(j.created_at)), actions);
+        td(d.failed), rateCell(j), td(eta(j)), td(when(j.created_at)), actions);
     });
     clear($("jobs-out"), rows.length
       ? table(null, ["Job", "Kind", "State", "Progress", "Failed", "Rate", "ETA", "Created", "Actions"], rows, "jobs")
@@ -446,7 +449,7 @@
     try {
       const j = await api("GET", "v1/jobs/" + id);
       clear($("job-detail"), el("h3", { text: "Job " + id }),
-        el("p", { text: j.state + " · " + j.chunks + " chunks · " + j.pages + " pages · " + fmt(j.throughput.seconds, 1) + " s" }),
+        el("p", { text: j.state + " · " + j.progress + " · " + j.chunks + " chunks · " + j.pages + " pages · " + fmt(j.throughput.seconds, 1) + " s" }),
         j.errors.length
           ? table("Per-item errors", ["Item", "Document", "Reason code", "Message"],
             j.errors.map((e) => el("tr", {}, td(e.item_no), td(e.external_id), td(el("code", { text: e.code || "" })), td(e.message || ""))))

@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
 from core.errors import NotFoundError
+from core.limits import RetrieveLimits
 
 ASSETS = Path(__file__).resolve().parents[1] / "console"
 _TYPES = {
@@ -35,8 +36,10 @@ SECURITY_HEADERS = {
 }
 
 
-def build_router() -> APIRouter:
-    page = (ASSETS / "index.html").read_bytes()
+def build_router(limits: RetrieveLimits) -> APIRouter:
+    """The console's page and assets; the page's query boxes take this app's query limit."""
+    # Filled in here, not written in the page: the API's limit is a setting (api.max_query_chars).
+    page = (ASSETS / "index.html").read_bytes().replace(b"{max_query_chars}", b"%d" % limits.max_query_chars)
     assets = {name: (ASSETS / name).read_bytes() for name in _TYPES}
     router = APIRouter(include_in_schema=False)
 

@@ -41,6 +41,14 @@ def job_out(
         job_id=str(job.job_id),
         kind=job.kind,
         state=job.state,
+        unit=service.job_unit(job.kind),
+        progress=service.progress_line(
+            kind=job.kind,
+            state=job.state,
+            total=job.documents_total,
+            done=job.documents_done,
+            failed=job.documents_failed,
+        ),
         documents=JobDocuments(
             total=job.documents_total,
             done=job.documents_done,

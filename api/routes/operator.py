@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.console_schemas import DebugRetrieveOut, ExplainIn, ExplainOut, PrincipalView
+from api.console_schemas import DebugRetrieveOut, ExplainIn, ExplainOut, PrincipalView, explain_in_model
 from api.deps import AdmittedAdmin, KeyAuthDep, ObserverDep, OptionalSearchDep, PoolDep
 from api.errors import error_responses
 from api.routes.retrieve import (
@@ -136,7 +136,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
     )
     router.add_api_route(
         "/explain",
-        bind_route(explain_route, depth=limits.max_top_k),
+        bind_route(explain_route, body=explain_in_model(limits), depth=limits.max_top_k),
         methods=["POST"],
         response_model=ExplainOut,
         responses=errors,

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from api.deps import AdmittedQuery, KeyAuthDep, ObserverDep, OptionalSearchDep
 from api.errors import error_responses
@@ -170,7 +171,7 @@ def build_router(limits: RetrieveLimits) -> APIRouter:
 
 
 def bind_route(
-    handler: Callable[..., JSONResponse | T], *, body: type[RetrieveInBase] | None = None, **fixed: Any
+    handler: Callable[..., JSONResponse | T], *, body: type[BaseModel] | None = None, **fixed: Any
 ) -> Callable[..., JSONResponse | T]:
     """A copy of the module-level ``handler`` for one app's router: its ``body`` parameter
     typed ``body`` (the app's request model, with its limits: FastAPI reads it from the

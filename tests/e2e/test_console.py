@@ -375,7 +375,7 @@ def test_watch_an_ingest_job_finish(browser: WebDriver, console: Console) -> Non
     job_id = console.api("POST", "/v1/documents", "ingest", json={"documents": docs}).json()["job_id"]
     _wait(browser, lambda d: _job_state(d, job_id) is not None)
     _wait(browser, lambda d: _job_state(d, job_id) == "succeeded")
-    assert "6/6" in browser.execute_script(
+    assert "6/6 documents processed" in browser.execute_script(
         "return document.querySelector(`tr[data-job-id='${arguments[0]}']`).textContent", job_id
     )
     _wait(browser, lambda d: _job_click(d, job_id, "details"))
@@ -416,7 +416,8 @@ def test_job_feedback_failed_cancelling_and_a_refused_resume(browser: WebDriver,
     failed = console.api("POST", "/v1/documents", "ingest", json={"documents": [empty]}).json()["job_id"]
     _wait(browser, lambda d: (_row(d, failed) or {}).get("state") == "failed")
     row = _row(browser, failed)
-    assert row is not None and row["value"] == 0 and "0/1" in row["text"] and "1 failed" in row["text"]
+    # processed 1 of 1 as the API and the CLI say it (services.jobs.progress_line); the bar: 0 written
+    assert row is not None and row["value"] == 0 and "1/1 documents processed · 1 failed" in row["text"]
     assert not row["resume"]
     # a running job held by another worker: Cancel shows "cancelling" at once, until it stops
     with psycopg.connect(console.db_url) as conn:

@@ -11,10 +11,12 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from api.app import create_app
 from api.console_schemas import DebugRetrieveOut, ExplainOut, IndexOut, KeyCreatedOut, QualityOut
 from catalog import jobs as jobs_repo
 from catalog import principals as principals_repo
 from catalog.reembed import write_gate_report
+from core.settings import Settings
 from jobs.rebuild_job import rebuild
 from tests import factories
 from tests.integration.api.conftest import make_key, push_and_wait, wait_job
@@ -286,6 +288,29 @@ def test_console_page_and_assets(foundation_client: TestClient) -> None:
     assert js.headers["x-content-type-options"] == "nosniff" and "set-cookie" not in js.headers
     assert foundation_client.get("/console/assets/index.html").status_code == 404
     assert foundation_client.get("/console/assets/..%2Fapp.py").status_code == 404
+
+
+def test_the_query_boxes_take_the_apis_query_limit(db_url: str, tmp_path: Path) -> None:
+    """The console's search and explain boxes allow what the API allows: the one limit
+    (``api.max_query_chars``), here lowered, so the app is this test's own."""
+    settings = Settings(data_dir=tmp_path, database_url=db_url, api={"max_query_chars": 300})
+    with TestClient(create_app(settings, hooks=[])) as client:
+        page = client.get("/console/").text
+        admin = make_key(db_url, "acme", ["admin"], principal="user:root")
+        too_long = "q" * 301
+        searched = client.post(
+            "/v1/admin/retrieve", json={"query": too_long, "as_principal": "user:bob"}, headers=_auth(admin)
+        )
+        explained = client.post(
+            "/v1/admin/explain",
+            json={"external_id": "pay", "as_principal": "user:bob", "query": too_long},
+            headers=_auth(admin),
+        )
+    assert '<input id="q" name="query" required maxlength="300">' in page
+    assert '<input id="x-query" name="query" maxlength="300">' in page
+    assert "{max_query_chars}" not in page
+    assert searched.status_code == 422 and explained.status_code == 422, (searched.text, explained.text)
+    assert "300" in explained.text
 
 
 def test_console_model_examples_validate() -> None:

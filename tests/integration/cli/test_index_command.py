@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from catalog import indexes
+from catalog.documents import delete_document
 from cli.main import main
 from cli.run import _build_index
 from core.settings import get_settings
@@ -49,11 +51,24 @@ def test_verify_with_no_version_has_nothing_to_verify(
 def test_rebuild_if_needed_gc_and_make_run_alias(
     cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A rebuild says what it compared, ``index capacity`` counts what ``index verify`` finds
+    in the version (a deleted document's stored vectors in neither), gc keeps the aliased."""
     _ingest(tmp_path, "first", capsys)
+    with psycopg.connect(cli_env) as conn:  # its vectors stay stored, but no version holds them
+        gone = conn.execute("SELECT external_id FROM documents ORDER BY external_id LIMIT 1").fetchone()
+        assert gone is not None
+        delete_document(conn, tenant_id="acme", external_id=gone[0])
     assert main(["index", "rebuild", "--swap", "live"]) == 0
     capsys.readouterr()
     with psycopg.connect(cli_env) as conn:
         v1 = indexes.aliases(conn)["live"]
+    # `index capacity` plans for the vectors `index verify` finds in a version built now.
+    assert main(["index", "verify"]) == 0
+    verified = json.loads(capsys.readouterr().out)
+    assert main(["index", "capacity", "--json"]) == 0
+    capacity = json.loads(capsys.readouterr().out)
+    assert verified["ok"] and verified["index_rows"] == verified["live_rows"] == 2
+    assert capacity["n_vectors"] == verified["index_rows"]
 
     code = main(["index", "rebuild", "--if-needed"])
     out = capsys.readouterr().out

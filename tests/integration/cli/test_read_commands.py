@@ -59,6 +59,9 @@ def test_jobs_list_show_and_cancel(cli_env: str, capsys: pytest.CaptureFixture[s
     assert code == 0 and f"job {job_id}" in text
     code, out, _ = _run(capsys, "jobs", "cancel", str(job_id))
     assert code == 0 and "cancelled" in out  # a queued job is cancelled at once
+    # A job that has ended has nothing to stop: said, with its state, and not a success.
+    code, out, err = _run(capsys, "jobs", "cancel", str(job_id))
+    assert code == 1 and f"job {job_id} has already ended: cancelled" in err and out == ""
     unknown = uuid.uuid4()
     code, out, err = _run(capsys, "jobs", "cancel", str(unknown))
     assert code == 1 and f"no job {unknown}" in err and "cancel requested" not in out

@@ -143,7 +143,12 @@ def test_cancel_through_api_and_cli_is_one_operation(
     assert r.status_code == 404 and r.json()["error"]["message"] == f"no job {missing}"
     assert main(["jobs", "cancel", str(missing)]) == 1
     assert f"ragline: no job {missing}" in capsys.readouterr().err
-    assert len(_audit(cli_env, "job.cancel")) == 2
+    # a job that has ended: the API answers it with its state, the CLI says so and exits 1
+    r = app_client.post(f"/v1/jobs/{by_cli}:cancel", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    assert main(["jobs", "cancel", str(by_api)]) == 1
+    assert f"ragline: job {by_api} has already ended: cancelled" in capsys.readouterr().err
+    assert len(_audit(cli_env, "job.cancel")) == 3  # the API call above is audited, the CLI refusal not
 
 
 def test_cancel_is_tenant_scoped_for_a_key_and_not_for_the_operator(db_url: str) -> None:
