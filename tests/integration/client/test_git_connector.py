@@ -138,7 +138,8 @@ def test_incremental_by_diff_renames_keep_ids_and_acl_change_locks_out(
     # The renamed file keeps the id it had: one document, no duplicate under the new path;
     # the unchanged re-push updates its metadata, so it names the new path.
     assert "guide/vpn.html" in ids(bob, "install the wireguard profile laptop")
-    assert hit(bob, "install the wireguard profile laptop", "guide/vpn.html")["path"] == "guide/wireguard.html"
+    renamed = hit(bob, "install the wireguard profile laptop", "guide/vpn.html")
+    assert renamed["path"] == "guide/wireguard.html"
     assert "guide/wireguard.html" not in ids(bob, "install the wireguard profile laptop")
     assert live_tenant.versions("guide/vpn.html") == 1
     assert client.connector_state("git-work").documents["guide/vpn.html"].startswith("git:")
