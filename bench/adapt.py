@@ -38,7 +38,7 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WORDS_PER_CHUNK = 40
 
 
-def passages(limit: int) -> list[tuple[str, list[str]]]:
+def passages(limit: int, words_per_chunk: int = WORDS_PER_CHUNK) -> list[tuple[str, list[str]]]:
     """(title, chunks) per document of cisi then cranfield, ``limit`` chunks in all."""
     docs: list[tuple[str, list[str]]] = []
     total = 0
@@ -48,7 +48,7 @@ def passages(limit: int) -> list[tuple[str, list[str]]]:
                 row = json.loads(line)
                 words = row["text"].split()
                 cut = [
-                    " ".join(words[i : i + WORDS_PER_CHUNK]) for i in range(0, len(words), WORDS_PER_CHUNK)
+                    " ".join(words[i : i + words_per_chunk]) for i in range(0, len(words), words_per_chunk)
                 ][: limit - total]
                 if cut:
                     docs.append((row.get("title") or "", cut))
@@ -126,9 +126,16 @@ def main() -> None:
     parser.add_argument("--max-pairs", type=int, default=4000)
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--words-per-chunk",
+        type=int,
+        default=WORDS_PER_CHUNK,
+        help="chunk length: 40 (default) is short; 200 fills the 256-token training window as an"
+        " ingested document's chunks do",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-adapt-") as tmp, database(Path(tmp)) as url:
-        chunks = load(url, passages(args.chunks))
+        chunks = load(url, passages(args.chunks, args.words_per_chunk))
         result = run_adapt(url, Path(tmp) / "out", args)
     print(json.dumps({"chunks": chunks, "cores": os.cpu_count(), **vars(args), **result}, indent=2))
 

@@ -34,7 +34,7 @@ from email.message import EmailMessage
 
 from ragline_client.connector import Connector, Item, Linked, Listing
 from ragline_client.models import MIME_TYPES, AclIn, DocumentIn, mime_for_name
-from ragline_client.rules import RuleError, acl_principal
+from ragline_client.rules import RuleError, acl_principal, as_label
 
 FINGERPRINT = "imap:immutable"
 # An attachment larger than this is listed as skipped, not sent inline (the push body's limit).
@@ -211,7 +211,7 @@ class ImapConnector(Connector):
             "date": str(parsed.get("Date", "")),
             "mailbox_owner": self.user,
         }
-        subject = str(parsed.get("Subject", "")) or None
+        subject = as_label(str(parsed.get("Subject", ""))) or None
         attachments, skipped = self._attachments(item, parsed, meta, subject)
         meta["attachments"] = ", ".join(d.title or d.external_id for d in attachments)
         meta["attachments_skipped"] = ", ".join(skipped)
@@ -220,7 +220,7 @@ class ImapConnector(Connector):
             title=subject,
             content_base64=base64.b64encode(text.encode()).decode("ascii"),
             mime_type=mime,
-            metadata={k: v[:2000] for k, v in meta.items() if v},
+            metadata={k: as_label(v)[:2000] for k, v in meta.items() if v},
             acl=item.acl,
         )
         return Linked(document, attachments)
@@ -234,7 +234,7 @@ class ImapConnector(Connector):
         linked: list[DocumentIn] = []
         skipped: list[str] = []
         for number, part in enumerate(parsed.iter_attachments(), start=1):
-            name = str(part.get_filename() or f"attachment-{number}")
+            name = as_label(str(part.get_filename() or "")) or f"attachment-{number}"
             declared = part.get_content_type()
             mime = declared if declared in MIME_TYPES else mime_for_name(name)
             content = part.get_payload(decode=True)
@@ -258,7 +258,7 @@ class ImapConnector(Connector):
                     title=name[:1000],
                     content_base64=base64.b64encode(content).decode("ascii"),
                     mime_type=mime,
-                    metadata={k: v[:2000] for k, v in own.items() if v},
+                    metadata={k: as_label(v)[:2000] for k, v in own.items() if v},
                     acl=item.acl,
                 )
             )

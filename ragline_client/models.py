@@ -76,15 +76,15 @@ GroupId = Annotated[str, AfterValidator(rules.group_id)]
 PrincipalId = Annotated[str, StringConstraints(max_length=256), AfterValidator(rules.principal_id)]
 ExternalId = Annotated[str, AfterValidator(rules.external_id)]
 SafeText = Annotated[str, AfterValidator(rules.no_nul)]
+# A label shown on one line (a title): no control character at all, tab and line feed included.
+Label = Annotated[str, AfterValidator(rules.no_control)]
+# Free-form text a filter matches exactly: tab, line feed and carriage return, no other control.
+PlainText = Annotated[str, AfterValidator(rules.no_control_in_text)]
 MetaKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
 MAX_METADATA_KEYS = 64  # on one pushed document
 # Values that decide access or filtering are strict: "yes", "on" or 1 are not booleans.
 MetaValue = (
-    Annotated[str, StringConstraints(max_length=2000), AfterValidator(rules.no_nul)]
-    | StrictBool
-    | StrictInt
-    | StrictFloat
-    | None
+    Annotated[PlainText, StringConstraints(max_length=2000)] | StrictBool | StrictInt | StrictFloat | None
 )
 
 
@@ -132,7 +132,7 @@ class DocumentIn(Strict):
         }
     )
     external_id: ExternalId
-    title: Annotated[SafeText, StringConstraints(max_length=1000)] | None = None
+    title: Annotated[Label, StringConstraints(max_length=1000)] | None = None
     text: str | None = None
     content_base64: str | None = None
     mime_type: MimeType | None = None
@@ -367,7 +367,7 @@ class ReadyOut(BaseModel):
 
 # --- retrieval ------------------------------------------------------------------------------
 
-FilterValue = Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(rules.no_nul)]
+FilterValue = Annotated[PlainText, StringConstraints(min_length=1, max_length=500)]
 # A date or datetime, as an aware datetime (a date or naive time is UTC).
 FilterInstant = Annotated[datetime | date, AfterValidator(rules.filter_instant)]
 

@@ -26,8 +26,8 @@ class RuleError(ValueError):
 
 
 # An ACL entry names who may read: a user, a group or a service account.
-ACL_PRINCIPAL = re.compile(r"(user|group|service):[^\s\x00-\x1f\x7f]{1,200}")
-GROUP_ID = re.compile(r"group:[^\s\x00-\x1f\x7f]{1,200}")
+ACL_PRINCIPAL = re.compile(r"(user|group|service):[^\s\x00-\x1f\x7f-\x9f]{1,200}")
+GROUP_ID = re.compile(r"group:[^\s\x00-\x1f\x7f-\x9f]{1,200}")
 # The principal an API key (or a delegated query) acts as.
 PRINCIPAL_ID = re.compile(r"(user|service):[A-Za-z0-9_.@+-]{1,200}")
 # An identity provider's user: ``user:<issuer namespace>:<subject>``. The ':' keeps it apart
@@ -35,7 +35,13 @@ PRINCIPAL_ID = re.compile(r"(user|service):[A-Za-z0-9_.@+-]{1,200}")
 TOKEN_PRINCIPAL_ID = re.compile(r"user:[a-z0-9][a-z0-9-]{0,31}:[A-Za-z0-9_.@+-]{1,200}")
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 # External ids may hold '/', spaces and unicode, but no control characters.
-EXTERNAL_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
+EXTERNAL_ID = re.compile(r"[^\x00-\x1f\x7f-\x9f]{1,512}")
+# Control characters, Unicode's category Cc: C0 (U+0000-U+001F), DEL and C1 (U+0080-U+009F).
+# No terminal, browser or PDF shows them, and most strip them: a title or label holding one
+# reads differently in every place it appears, so the edge refuses them instead.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# The same less tab, line feed and carriage return, which free-form values may hold.
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 # The dates a filter may name: one day inside datetime's range, so a time-zone shift
 # cannot overflow it (``0001-01-01`` in a zone east of UTC is year 0).
 MIN_DATE = date(1, 1, 2)
@@ -78,9 +84,39 @@ def key_principal_id(value: str) -> str:
 
 def external_id(value: str) -> str:
     if not EXTERNAL_ID.fullmatch(value):
-        raise RuleError(f"external id {value!r} must be 1-512 characters without control characters")
+        no_control(value, "external id")
+        raise RuleError(f"external id must be 1-512 characters, got {len(value)}")
     # A file name that is not UTF-8 reaches Python (argv, os.walk) as lone surrogates.
     return unicode_text(value, "external id")
+
+
+def no_control(value: str, what: str = "text") -> str:
+    """``value`` if it holds no control character (C0, DEL, C1: :data:`_CONTROL`) and is
+    Unicode text: a single-line label such as a title or an external id."""
+    return _refuse(_CONTROL, value, what)
+
+
+def no_control_in_text(value: str, what: str = "text") -> str:
+    """``value`` if it holds no control character other than tab, line feed and carriage
+    return, and is Unicode text: a free-form value such as a metadata value."""
+    return _refuse(_CONTROL_IN_TEXT, value, what)
+
+
+def as_label(text: str) -> str:
+    """Foreign text (a mail subject, an attachment's file name) made a valid label: each run
+    of control characters and whitespace becomes one space. For connectors that derive a
+    title from a source's content; a title a caller gives is refused instead (``no_control``)."""
+    return " ".join(_CONTROL.sub(" ", text).split())
+
+
+def _refuse(pattern: re.Pattern[str], value: str, what: str) -> str:
+    found = pattern.search(value)
+    if found:
+        raise RuleError(
+            f"{what} contains the control character U+{ord(found.group()):04X} at character"
+            f" {found.start()}; control characters are refused, not removed"
+        )
+    return unicode_text(value, what)
 
 
 def no_nul(value: str, what: str = "text") -> str:
@@ -199,5 +235,5 @@ def metadata_pair(text: str) -> tuple[str, str]:
         raise RuleError(f"metadata {text!r} must be KEY=VALUE")
     if not METADATA_KEY.fullmatch(key):
         raise RuleError(f"metadata key {key!r} must match {METADATA_KEY.pattern}")
-    no_nul(value, f"metadata value of {key!r}")
+    no_control_in_text(value, f"metadata value of {key!r}")
     return key, value

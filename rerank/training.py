@@ -58,6 +58,7 @@ class TrainReport:
     losses: tuple[float, ...] = field(default=(), repr=False)
     stopped_by_time: bool = False  # ``max_seconds`` ran out before the planned steps
     planned_steps: int = 0  # epochs x batches; ``steps`` is fewer when stopped by time
+    micro_batch_size: int = 0  # pairs run forward and backward at once; 0: the whole batch
 
 
 def default_base() -> str:
@@ -119,6 +120,7 @@ def _fit(
     show_progress: bool,
     freeze_embeddings: bool,
     deadline: float = float("inf"),
+    micro_batch_size: int | None = None,
 ) -> list[float]:
     """Run the training loop until done or ``deadline`` (``time.monotonic``); returns the
     loss of every step."""
@@ -139,22 +141,33 @@ def _fit(
     for batch in batches:
         if losses and time.monotonic() >= deadline:
             break
-        features = batch_to_device(model.preprocess([[p.query, p.passage] for p in batch]), model.device)
-        logits = model(features)["scores"].view(-1).float()
-        labels = torch.tensor([p.label for p in batch], dtype=torch.float32, device=logits.device)
-        loss = loss_fn(logits, labels)
-        loss.backward()
+        loss = 0.0
+        for micro in _micro_batches(batch, micro_batch_size):
+            features = batch_to_device(model.preprocess([[p.query, p.passage] for p in micro]), model.device)
+            logits = model(features)["scores"].view(-1).float()
+            labels = torch.tensor([p.label for p in micro], dtype=torch.float32, device=logits.device)
+            # The batch's mean loss as a sum of its parts, so the step's gradient is the same.
+            part = loss_fn(logits, labels) * (len(micro) / len(batch))
+            part.backward()
+            loss += float(part.item())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
-        losses.append(float(loss.item()))
+        losses.append(loss)
         progress.update(1)
         if len(losses) % _LOG_EVERY == 0:
             logger.info("rerank training", extra={"step": len(losses), "total": total, "loss": losses[-1]})
     progress.close()
     model.eval()
     return losses
+
+
+def _micro_batches(batch: list[TrainingPair], size: int | None) -> list[list[TrainingPair]]:
+    """``batch`` in parts of ``size`` pairs (None: whole). Each part's activations are freed by
+    its backward pass before the next part runs, so they, not the batch's, bound the memory."""
+    step = size or len(batch)
+    return [batch[s : s + step] for s in range(0, len(batch), step)]
 
 
 def train_reranker(
@@ -173,6 +186,7 @@ def train_reranker(
     data: str = "",
     freeze_embeddings: bool = True,
     max_seconds: float | None = None,
+    micro_batch_size: int | None = None,
 ) -> TrainReport:
     """Fine-tune a cross-encoder on labelled pairs and save it to ``out_dir``.
 
@@ -192,6 +206,9 @@ def train_reranker(
         freeze_embeddings: keep the word-embedding table fixed (faster; safer on small data).
         max_seconds: stop training after this long (at least one step runs) and save what
             there is; None: no bound.
+        micro_batch_size: pairs run forward and backward at once, their gradients summed into
+            the step's: this, not ``batch_size``, bounds the activations held for the backward
+            pass (the step's gradient does not depend on it). None: the whole batch.
 
     Returns:
         The run's report; the same facts are in ``out_dir/MODEL_CARD.md``.
@@ -201,6 +218,8 @@ def train_reranker(
         ConfigError: the base model cannot be loaded.
     """
     _check_args(pairs, epochs=epochs, batch_size=batch_size, max_length=max_length, warmup=warmup)
+    if micro_batch_size is not None and micro_batch_size < 1:
+        raise InvalidInputError("micro_batch_size >= 1")
     resolved_base = base if base is not None else default_base()
     resolved_device = resolve_device(device)
     seed_everything(seed)  # before loading: the fresh classification head is drawn here
@@ -221,6 +240,7 @@ def train_reranker(
         show_progress=show_progress,
         freeze_embeddings=freeze_embeddings,
         deadline=deadline,
+        micro_batch_size=micro_batch_size,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(str(out_dir))
@@ -248,6 +268,7 @@ def train_reranker(
         losses=tuple(losses),
         stopped_by_time=len(losses) < steps,
         planned_steps=steps,
+        micro_batch_size=min(micro_batch_size or batch_size, batch_size),
     )
     write_model_card(report)
     logger.info("rerank model saved", extra={"out_dir": str(out_dir), "steps": report.steps})

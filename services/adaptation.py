@@ -25,7 +25,7 @@ from catalog.indexes import resolve_alias
 from core.errors import InvalidInputError
 from core.settings import DEFAULT_EMBEDDING_MODEL
 from index.embedder import resolve_model_path
-from index.embedder_training import train_embedder
+from index.embedder_training import MINI_BATCH_SIZE, train_embedder
 from rerank.mining import count_by_kind, mine_examples, reranker_pairs, triplets
 from rerank.training import train_reranker
 from services.caller import Caller
@@ -49,6 +49,9 @@ class AdaptOptions:
     reranker: bool = True
     negatives: int = 1
     batch_size: int = 16
+    # Texts (embedder) and pairs (reranker) run forward and backward at once: what bounds the
+    # activations held for a backward pass, whatever ``batch_size`` and the passages' length.
+    micro_batch_size: int = MINI_BATCH_SIZE
     # Query plus passage: titles, headings and 48-word neighbour anchors leave a passage most of it.
     reranker_max_length: int = 256
     embedder_lr: float = 2e-5
@@ -138,6 +141,7 @@ def adapt_tenant(
             base=resolve_model_path(base),
             epochs=options.epochs,
             batch_size=options.batch_size,
+            mini_batch_size=options.micro_batch_size,
             max_seconds=share,
             lr=options.embedder_lr,
             seed=options.seed,
@@ -155,6 +159,7 @@ def adapt_tenant(
             base=options.reranker_base,
             epochs=options.epochs,
             batch_size=options.batch_size,
+            micro_batch_size=options.micro_batch_size,
             max_length=options.reranker_max_length,
             seed=options.seed,
             lr=options.reranker_lr,

@@ -63,6 +63,8 @@ BAD_PUSHED = {
     "surrogate_acl": (_doc("bad", acl={"principals": [f"user:{SURROGATE}"]}), ()),
     "surrogate_metadata_value": (_doc("bad", metadata={"team": SURROGATE}), ()),
     "surrogate_text": (_doc("bad", text=f"body {SURROGATE}"), ()),
+    "control_title": (_doc("bad", title="Quarterly\x1breport"), ()),
+    "control_metadata_value": (_doc("bad", metadata={"team": "sre\x85"}), ()),
     **{
         f"metadata_{name}": (_doc("bad", metadata={"k": "@num@"}), (("@num@", literal),))
         for name, literal in NON_FINITE.items()
@@ -100,6 +102,29 @@ def test_a_push_of_only_bad_documents_is_one_422(foundation_client_shared: TestC
     assert [r["index"] for r in error["rejections"]] == [0, 1, 2]
     # A rejected external id is echoed escaped, never as a string the encoder cannot write.
     assert error["rejections"][0]["external_id"] == "a\\ud800"
+
+
+# One of each class of control character (Unicode category Cc) in a title: C0, tab, line feed,
+# carriage return, escape, DEL, C1 (NEL, CSI). Each was stored as sent, and shown without it.
+TITLE_CONTROLS = ["\x01", "\t", "\n", "\r", "\x1b", "\x7f", "\x85", "\x9b"]
+
+
+@pytest.mark.parametrize("char", TITLE_CONTROLS, ids=[f"U+{ord(c):04X}" for c in TITLE_CONTROLS])
+def test_a_control_character_in_a_title_is_a_422_naming_the_field_and_the_character(
+    foundation_client_shared: TestClient, db_url: str, char: str
+) -> None:
+    token = make_key(db_url, "acme", ["ingest"])
+    title, code = f"Quarterly{char}report", f"U+{ord(char):04X}"
+    body = {"documents": [_doc("doc", title=title)]}
+    resp = foundation_client_shared.post("/v1/documents", json=body, headers=_auth(token))
+    assert resp.status_code == 422, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "all_documents_rejected"
+    [rejection] = error["rejections"]
+    assert "title" in rejection["message"] and code in rejection["message"], rejection
+    upload = _upload(foundation_client_shared, token, title=title)
+    assert upload.status_code == 422, upload.text
+    _field_named(upload, "title", code)
 
 
 @pytest.mark.parametrize(

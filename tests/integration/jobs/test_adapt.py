@@ -102,6 +102,8 @@ def test_adapt_writes_models_the_migration_gate_evaluates(
     kinds = report["examples"]
     assert kinds["feedback"] == 1 and kinds["title"] > 0 and sum(kinds.values()) == 24, kinds
     assert report["embedder"]["steps"] >= 1 and report["reranker"]["steps"] >= 1
+    # Issue 44: both loops hold a micro-batch's activations for backward, not a batch's.
+    assert report["embedder"]["mini_batch_size"] == report["reranker"]["micro_batch_size"] == 4
     assert report["peak_rss_mib"] > 0 and report["judgements"] == 1 and report["passages"] >= 24
     assert (out / "reranker" / "MODEL_CARD.md").exists()
     assert f"ragline reembed --model {out.resolve() / 'embedder'}" in printed["next"][0]

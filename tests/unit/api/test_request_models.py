@@ -17,7 +17,7 @@ from fastapi.routing import iter_route_contexts
 from pydantic import BaseModel, ValidationError
 
 from api.app import create_app
-from api.schemas import DocumentIn, PushRequest, Strict
+from api.schemas import DocumentIn, FiltersIn, PushRequest, Strict
 from core.settings import Settings
 from ragline_client import rules
 
@@ -169,3 +169,49 @@ def test_every_identifier_rule_refuses_a_lone_surrogate(rule, value: str) -> Non
     """What the CLI and jobs check too (core/validation.py wraps these), not only the API."""
     with pytest.raises(rules.RuleError, match="surrogate"):
         rule(value)
+
+
+# One of each class of control character (Unicode category Cc): C0 below tab, tab, line feed,
+# carriage return, C0 above them (escape, unit separator), DEL and C1 (NEL, CSI, APC).
+CONTROLS = ["\x01", "\t", "\n", "\r", "\x1b", "\x1f", "\x7f", "\x85", "\x9b", "\x9f"]
+LINE_BREAKS = {"\t", "\n", "\r"}
+
+
+@pytest.mark.parametrize("char", CONTROLS, ids=[f"U+{ord(c):04X}" for c in CONTROLS])
+def test_a_control_character_in_a_title_or_external_id_is_refused_by_name(char: str) -> None:
+    for field, data in (
+        ("title", {"external_id": "a", "text": "t", "title": f"Ti{char}tle"}),
+        ("external_id", {"external_id": f"a{char}b", "text": "t"}),
+    ):
+        with pytest.raises(ValidationError) as caught:
+            DocumentIn.model_validate(data)
+        [error] = caught.value.errors()
+        assert field in error["loc"], error
+        assert f"U+{ord(char):04X}" in error["msg"], error
+
+
+@pytest.mark.parametrize("char", CONTROLS, ids=[f"U+{ord(c):04X}" for c in CONTROLS])
+def test_free_text_values_take_line_breaks_and_refuse_other_controls(char: str) -> None:
+    """Metadata and filter values are free text: tab, line feed and carriage return are kept
+    as sent; every other control character is refused, never removed."""
+    value = f"v{char}w"
+    cases = (
+        (DocumentIn, {"external_id": "a", "text": "t", "metadata": {"k": value}}, "metadata"),
+        (FiltersIn, {"metadata": {"k": value}}, "metadata"),
+        (FiltersIn, {"metadata": {"k": ["x", value]}}, "metadata"),
+    )
+    for model, data, field in cases:
+        if char in LINE_BREAKS:
+            assert model.model_validate(data).model_dump()["metadata"] == data["metadata"]
+            continue
+        with pytest.raises(ValidationError) as caught:
+            model.model_validate(data)
+        assert any(field in e["loc"] for e in caught.value.errors()), caught.value.errors()
+    acl = {"external_id": "a", "text": "t", "acl": {"principals": [f"user:a{char}"]}}
+    with pytest.raises(ValidationError):
+        DocumentIn.model_validate(acl)
+
+
+def test_a_connector_makes_a_label_of_foreign_text() -> None:
+    assert rules.as_label("Re:\x01 quarterly\r\n\t report\x85") == "Re: quarterly report"
+    assert DocumentIn.model_validate({"external_id": "a", "text": "t", "title": rules.as_label("a\x9bb")})

@@ -9,7 +9,8 @@ import pytest
 
 from core.errors import InvalidInputError
 from index.embedder import SentenceTransformerEmbedder, resolve_model_path
-from index.embedder_training import TRAINING_REPORT, train_embedder
+from index.embedder_training import MINI_BATCH_SIZE, TRAINING_REPORT, train_embedder
+from testkit.activations import held_for_backward
 
 pytestmark = pytest.mark.slow
 
@@ -69,3 +70,25 @@ def test_the_time_bound_stops_after_one_step_and_still_saves(tmp_path: Path) -> 
     assert (tmp_path / "e" / "config_sentence_transformers.json").exists()
     with pytest.raises(InvalidInputError):
         train_embedder(out_dir=tmp_path / "x", items=[], base=BASE)
+
+
+def test_activations_held_for_backward_do_not_grow_with_the_batch(tmp_path: Path) -> None:
+    """Issue 44: ``ragline adapt`` on 181 examples of real documents peaked at 4.4 GiB, because a
+    step kept every text of its batch for the backward pass (3 x 16 texts of 256 tokens). With
+    gradient caching, a step holds a mini-batch's activations whatever the batch size."""
+    long = [(f"{a} " * 20, f"{p} " * 20, f"{n or p} " * 20) for a, p, n in TRIPLETS] * 3
+    peaks, reports = {}, {}
+    for batch_size in (4, 16):
+        with held_for_backward() as held:
+            reports[batch_size] = train_embedder(
+                out_dir=tmp_path / str(batch_size),
+                items=long[:batch_size],
+                base=BASE,
+                batch_size=batch_size,
+                max_length=64,
+                device="cpu",
+            )
+        peaks[batch_size] = held.peak
+    assert peaks[4] > 0, peaks  # the measure saw the mini-batches' passes
+    assert peaks[16] < 1.5 * peaks[4], peaks  # 4x the texts, not 4x the activations
+    assert all(r.steps == 1 and r.mini_batch_size == MINI_BATCH_SIZE for r in reports.values())

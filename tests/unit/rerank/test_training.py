@@ -7,6 +7,7 @@ import pytest
 from core.errors import InvalidInputError
 from rerank import TrainingPair, TrainReport, load_reranker, train_reranker, write_model_card
 from rerank.training import MODEL_CARD
+from testkit.activations import held_for_backward
 from tests.unit.rerank.conftest import NEGATIVE_OFFSETS, TOPICS, tiny_pairs
 
 # The briefly trained cross-encoder (tests/unit/rerank/conftest.py): not in ``make unit``.
@@ -98,3 +99,25 @@ def test_max_seconds_stops_after_one_step_and_still_saves(tmp_path: Path) -> Non
         torch.set_num_threads(before)
     assert report.steps == 1 and report.stopped_by_time and report.planned_steps == 6
     assert (tmp_path / "m" / MODEL_CARD).exists()
+
+
+@pytest.mark.slow
+def test_micro_batches_bound_the_activations_held_for_backward(tmp_path: Path) -> None:
+    """Issue 44: a step held the activations of its whole batch (``ragline adapt``: 16 pairs of
+    256 tokens); in micro-batches it holds one micro-batch's, whatever the batch size."""
+    pairs = [TrainingPair(f"{q} " * 8, f"{p} " * 8, 1.0) for q, p in TOPICS] * 4
+    peaks = {}
+    for batch_size in (4, 16):
+        with held_for_backward() as held:
+            report = train_reranker(
+                out_dir=tmp_path / str(batch_size),
+                pairs=pairs[:batch_size],
+                batch_size=batch_size,
+                micro_batch_size=4,
+                max_length=64,
+                device="cpu",
+            )
+        assert report.steps == 1 and report.micro_batch_size == 4
+        peaks[batch_size] = held.peak
+    assert peaks[4] > 0, peaks
+    assert peaks[16] < 1.5 * peaks[4], peaks  # 4x the pairs, not 4x the activations
