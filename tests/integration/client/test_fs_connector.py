@@ -197,15 +197,19 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_tenant: LiveServer, tmp
     wrong = run("--tenant", "globex", "--json")
     assert wrong.returncode == 2 and f"tenant {live_tenant.tenant}" in wrong.stderr
 
-    watch = subprocess.Popen(
-        [*cmd, "--tenant", live_tenant.tenant, "--json", "--watch"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert watch.stdout is not None and watch.stderr is not None
+    # stderr (progress, skipped files) goes to a file: a pipe nobody reads until the end fills
+    # up on a slow machine and blocks the watcher's writes, so it could not exit on SIGINT.
+    watch_log = tmp_path / "watch.stderr"
+    with watch_log.open("w") as stderr:
+        watch = subprocess.Popen(
+            [*cmd, "--tenant", live_tenant.tenant, "--json", "--watch"],
+            env={**env, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps every thread's stack
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    assert watch.stdout is not None
     try:
         quiet = {"skipped": SKIPPED, "warnings": NO_WARNINGS}
         assert json.loads(watch.stdout.readline()) == {**_counts(unchanged=4), **quiet}
@@ -215,8 +219,13 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_tenant: LiveServer, tmp
         assert json.loads(line) == {**_counts(pushed=1, unchanged=4), **quiet}, line
     finally:
         watch.send_signal(signal.SIGINT)
-        watch.wait(timeout=30)
-    assert watch.returncode == 0, watch.stderr.read()[-2000:]
+        try:
+            watch.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # say where it hangs, then fail
+            watch.send_signal(signal.SIGABRT)
+            watch.wait(timeout=30)
+            pytest.fail(f"the watcher did not end on SIGINT; its stacks:\n{watch_log.read_text()[-6000:]}")
+    assert watch.returncode == 0, watch_log.read_text()[-2000:]
 
 
 def test_readme_connector_example_runs(live_tenant: LiveServer, capsys: pytest.CaptureFixture[str]) -> None:
