@@ -177,3 +177,21 @@ def test_async_client(live_tenant: LiveServer) -> None:
             return [r.document_external_id for r in found.results]
 
     assert asyncio.run(scenario()) == ["lunch"]
+
+
+def test_the_readme_python_client_example_runs_as_written(live_tenant: LiveServer) -> None:
+    """The "Python client" example in README.md, run as written with the two keys `make run`
+    prints: the ingest key pushes and waits, the query key (a member of ``group:eng``, as
+    ``user:demo`` is in `make run`) retrieves the document through the ``source`` filter."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## Python client", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    with Client(live_tenant.url, live_tenant.key("admin")) as admin:
+        admin.set_groups("user:demo", ["group:eng"])
+    names = {
+        "ingest_key": live_tenant.key("ingest"),
+        "query_key": live_tenant.key("query", principal="user:demo"),
+    }
+    exec(compile(code.replace("http://localhost:8000", live_tenant.url), "README.md", "exec"), names)
+    assert names["job"].state == "succeeded"
+    assert [hit.document_external_id for hit in names["hits"].results] == ["kb-1"]
