@@ -163,6 +163,16 @@ def _cli_env(server: LiveServer, key: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "RAGLINE_API_URL": server.url, "RAGLINE_API_KEY": key}
 
 
+def _ctrl_c_reaches_it() -> None:
+    """In the child before exec: SIGINT at its default and unblocked, as a shell gives a
+    foreground command (what the test stands in for). A child inherits an ignored SIGINT, and
+    Python then installs no KeyboardInterrupt handler: a suite started in the background
+    (`make test &`, `nohup`), where the shell ignores SIGINT, saw the watcher sit in
+    watchfiles' wait after the test's Ctrl-C (twice, in full runs started that way)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_cli_connect_fs_json_tenant_check_and_watch(live_tenant: LiveServer, tmp_path: Path) -> None:
     root = _tree(tmp_path / "share")
     (tmp_path / "map.json").write_text(json.dumps(ACL_MAP))
@@ -208,6 +218,7 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_tenant: LiveServer, tmp
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
+            preexec_fn=_ctrl_c_reaches_it,
         )
     assert watch.stdout is not None
     try:
@@ -224,7 +235,11 @@ def test_cli_connect_fs_json_tenant_check_and_watch(live_tenant: LiveServer, tmp
         except subprocess.TimeoutExpired:  # say where it hangs, then fail
             watch.send_signal(signal.SIGABRT)
             watch.wait(timeout=30)
-            pytest.fail(f"the watcher did not end on SIGINT; its stacks:\n{watch_log.read_text()[-6000:]}")
+            handler, blocked = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            pytest.fail(
+                f"the watcher did not end on SIGINT (here: SIGINT handler {handler!r}, blocked {blocked});"
+                f" its stacks:\n{watch_log.read_text()[-6000:]}"
+            )
     assert watch.returncode == 0, watch_log.read_text()[-2000:]
 
 
