@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -188,7 +189,7 @@ def test_the_readme_python_client_example_runs_as_written(live_tenant: LiveServe
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     with Client(live_tenant.url, live_tenant.key("admin")) as admin:
         admin.set_groups("user:demo", ["group:eng"])
-    names = {
+    names: dict[str, Any] = {
         "ingest_key": live_tenant.key("ingest"),
         "query_key": live_tenant.key("query", principal="user:demo"),
     }
