@@ -107,8 +107,21 @@ def push_and_wait(client: TestClient, token: str, docs: list[dict]) -> dict:
 
 def swap_live(db_url: str, client: TestClient, version: str) -> str | None:
     """Point ``live`` at ``version`` and have the client's search service check the alias now;
-    returns the version it serves after the check (None: it refused the version)."""
+    returns the version it serves after the check (None: it refused the version).
+
+    The service's own watcher thread, woken by the swap's NOTIFY, may take the version first:
+    then this check finds nothing to do, and the answer is what the node serves once that
+    thread's load ends (a refusal is recorded in ``last_swap_error``)."""
+    watcher = client.app.state.search.watcher  # type: ignore[attr-defined]
     with psycopg.connect(db_url) as conn:
         with conn.transaction():
             indexes.swap_alias(conn, alias="live", version_id=version)
-        return client.app.state.search.watcher.check_alias(conn)  # type: ignore[attr-defined]
+        swapped: str | None = watcher.check_alias(conn)
+    deadline = time.monotonic() + 30
+    while swapped is None and time.monotonic() < deadline:
+        if watcher.state.current.version_id == version:
+            return version
+        if watcher.last_swap_error is not None and watcher.last_swap_error.startswith(version):
+            return None
+        time.sleep(0.05)
+    return swapped
